@@ -1,0 +1,181 @@
+"""Stream meta: what the fork ops need to know about a packed stream, derived from its segments.
+
+The binder produces a Stream (token ids + segments + reads); `build_meta` derives the rest, on the host, so
+that every consumer (the reference executor, generated kernels, tests) reads the same structure:
+positions, each segment's ancestor key ranges, the conv predecessors of every row across fork points, and
+for Gated DeltaNet the chunk-aligned start of each segment (the state it starts from and the ancestor rows
+it recomputes). Relies on the segment-tree property: a child begins at its parent's end (its fork point),
+so every ancestor segment is a whole prefix of a child's path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+
+CHUNK = 64  # Gated DeltaNet chunk length, aligned to absolute (logical) positions: E3 depends on it
+CONV_TAPS = 4  # depthwise causal conv kernel; a row reads the CONV_TAPS - 1 rows before it on its path
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """One node's tokens in the stream: rows [start, start + length), logical positions from pos0."""
+
+    start: int
+    length: int
+    pos0: int
+    parent: int  # index into the stream's segments; -1 for a root (an instance's state)
+    level: int  # 0 for roots
+
+    @property
+    def end(self) -> int:
+        """Logical position one past the last token: the fork point of this segment's children."""
+        return self.pos0 + self.length
+
+
+@dataclass(frozen=True, slots=True)
+class Read:
+    """A row whose final hidden state meets the answer head, and the label token ids it is read at."""
+
+    row: int
+    labels: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class StreamMeta:
+    segments: tuple[Segment, ...]
+    reads: tuple[Read, ...]
+    levels: tuple[tuple[int, ...], ...]  # segment indices per tree level, roots first
+    ancestors: tuple[tuple[int, ...], ...]  # per segment: its ancestors, root first (itself excluded)
+    positions: torch.Tensor  # [T] int64 logical position of each row
+    segment_ids: torch.Tensor  # [T] int64
+    key_ranges: torch.Tensor  # [S, D, 2] int64 stream row ranges [lo, hi): ancestors root first, then itself
+    conv_prev: torch.Tensor  # [T, CONV_TAPS-1] int64 rows of positions p-3, p-2, p-1 on the path; -1 before 0
+    gdn_chunk0: tuple[int, ...]  # per segment: logical start of its first (possibly straddling) chunk
+    gdn_src: tuple[int, ...]  # per segment: the segment that computed the state at gdn_chunk0; -1: zeros
+    gdn_tail: tuple[tuple[int, ...], ...]  # per segment: rows of positions [gdn_chunk0, pos0) on its path
+    read_rows: torch.Tensor  # [R] int64
+    read_labels: torch.Tensor  # [R, Lmax] int64 label token ids, padded with 0
+    read_nlabels: torch.Tensor  # [R] int64
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.positions.numel())
+
+    def to(self, device: torch.device | str) -> StreamMeta:
+        moved = {
+            name: getattr(self, name).to(device)
+            for name in ("positions", "segment_ids", "key_ranges", "conv_prev", "read_rows", "read_labels",
+                         "read_nlabels")
+        }
+        return replace(self, **moved)
+
+
+def path_row(segments: tuple[Segment, ...], seg: int, pos: int) -> int:
+    """Stream row of logical position `pos` on the path that ends in segment `seg` (pos < its end)."""
+    s = segments[seg]
+    while pos < s.pos0:
+        seg = s.parent
+        s = segments[seg]
+    return s.start + (pos - s.pos0)
+
+
+def check_segments(segments: tuple[Segment, ...], num_rows: int) -> None:
+    """The structural invariants every consumer relies on; a violation is a binder bug, so it asserts."""
+    covered = 0
+    for i, s in enumerate(segments):
+        assert s.length >= 0 and 0 <= s.start and s.start + s.length <= num_rows, f"segment {i} out of rows"
+        if s.parent < 0:
+            assert s.pos0 == 0 and s.level == 0, f"root segment {i} must start at position 0, level 0"
+        else:
+            assert s.parent < i, f"segment {i}: parents come before children"
+            p = segments[s.parent]
+            assert s.pos0 == p.end, f"segment {i} must start at its parent's end"
+            assert s.level == p.level + 1, f"segment {i}: level must be its parent's plus one"
+        covered += s.length
+    assert covered <= num_rows
+
+
+def build_meta(segments: tuple[Segment, ...], reads: tuple[Read, ...], num_rows: int) -> StreamMeta:
+    """Derive the full meta of a stream of `num_rows` rows (rows outside every segment are padding)."""
+    segments = tuple(segments)
+    check_segments(segments, num_rows)
+    positions = torch.zeros(num_rows, dtype=torch.int64)
+    segment_ids = torch.full((num_rows,), -1, dtype=torch.int64)
+    conv_prev = torch.full((num_rows, CONV_TAPS - 1), -1, dtype=torch.int64)
+
+    ancestors: list[tuple[int, ...]] = []
+    for s in segments:
+        ancestors.append(() if s.parent < 0 else ancestors[s.parent] + (s.parent,))
+
+    depth = 1 + max((len(a) for a in ancestors), default=0)
+    key_ranges = torch.zeros(len(segments), depth, 2, dtype=torch.int64)
+    for i, s in enumerate(segments):
+        chain = ancestors[i] + (i,)
+        for d, a in enumerate(chain):
+            key_ranges[i, d, 0] = segments[a].start
+            key_ranges[i, d, 1] = segments[a].start + segments[a].length
+        rows = torch.arange(s.start, s.start + s.length)
+        positions[rows] = torch.arange(s.pos0, s.end)
+        segment_ids[rows] = i
+        for r in range(s.length):
+            p = s.pos0 + r
+            for k in range(1, CONV_TAPS):
+                if p - k >= 0:
+                    conv_prev[s.start + r, CONV_TAPS - 1 - k] = path_row(segments, i, p - k)
+
+    chunk0, src, tail = [], [], []
+    for i, s in enumerate(segments):
+        b = (s.pos0 // CHUNK) * CHUNK
+        owner = -1
+        for a in reversed(ancestors[i]):
+            if (segments[a].pos0 // CHUNK) * CHUNK < b:
+                owner = a
+                break
+        assert owner >= 0 or b == 0
+        chunk0.append(b)
+        src.append(owner)
+        tail.append(tuple(path_row(segments, i, p) for p in range(b, s.pos0)) if s.parent >= 0 else ())
+
+    levels: dict[int, list[int]] = {}
+    for i, s in enumerate(segments):
+        levels.setdefault(s.level, []).append(i)
+
+    lmax = max((len(r.labels) for r in reads), default=0)
+    read_labels = torch.zeros(len(reads), max(lmax, 1), dtype=torch.int64)
+    for j, r in enumerate(reads):
+        assert 0 <= r.row < num_rows and segment_ids[r.row] >= 0, f"read {j} is not on a segment row"
+        read_labels[j, : len(r.labels)] = torch.tensor(r.labels, dtype=torch.int64)
+
+    return StreamMeta(
+        segments=segments,
+        reads=tuple(reads),
+        levels=tuple(tuple(levels[k]) for k in sorted(levels)),
+        ancestors=tuple(ancestors),
+        positions=positions,
+        segment_ids=segment_ids,
+        key_ranges=key_ranges,
+        conv_prev=conv_prev,
+        gdn_chunk0=tuple(chunk0),
+        gdn_src=tuple(src),
+        gdn_tail=tuple(tail),
+        read_rows=torch.tensor([r.row for r in reads], dtype=torch.int64),
+        read_labels=read_labels,
+        read_nlabels=torch.tensor([len(r.labels) for r in reads], dtype=torch.int64),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Stream:
+    """One forward pass: token ids of every packed segment (padding rows hold token 0) and their meta."""
+
+    tokens: torch.Tensor  # [T] int64
+    meta: StreamMeta
+
+
+def linear_stream(tokens: list[int], read_positions: dict[int, tuple[int, ...]]) -> Stream:
+    """The plain single-sequence pass of one path: one root segment, reads at the given positions."""
+    seg = (Segment(start=0, length=len(tokens), pos0=0, parent=-1, level=0),)
+    reads = tuple(Read(row=p, labels=labels) for p, labels in sorted(read_positions.items()))
+    return Stream(torch.tensor(tokens, dtype=torch.int64), build_meta(seg, reads, len(tokens)))
