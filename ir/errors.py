@@ -24,7 +24,8 @@ class Diagnostic:
     notes: tuple[tuple[Loc, str], ...] = ()
 
     def render(self, source: str | None = None) -> str:
-        lines = [f"{self.loc}: error: {self.message}"]
+        where = str(self.loc) if self.loc.line > 0 else self.loc.file  # no line: a whole file, or no file
+        lines = [f"{where}: error: {self.message}"]
         if source is not None and self.loc.line > 0:
             lines += _excerpt(source, self.loc)
         for loc, note in self.notes:

@@ -1,0 +1,190 @@
+"""The `flidec` command line: one function per subcommand, each registered on an argparse subparser.
+
+Consumes argv; produces exit codes (0 fine, 1 a problem in the user's input, 2 a usage error from
+argparse) and text: results on stdout, diagnostics on stderr. Every FlideError becomes a message, never a
+traceback. To add a subcommand, write `add_NAME(subparsers)` (setting `run`) and list it in COMMANDS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from flidec.ir.errors import FlideError, SpecError
+from flidec.ir.tree import Ask, Node, Text, Tree
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.run(args))
+    except FlideError as e:
+        print(f"flidec: error: {e}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:  # output piped into a reader that stopped early (`| head`): not our error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="flidec", description="Compile decision trees for decision models.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add in COMMANDS:
+        add(sub)
+    return parser
+
+
+# ---- check ----------------------------------------------------------------------------------------------
+
+
+def add_check(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("check", help="parse and verify specs; print every error")
+    p.add_argument("specs", nargs="+", metavar="SPEC", help=".flide files")
+    p.set_defaults(run=run_check)
+
+
+def run_check(args: argparse.Namespace) -> int:
+    from flidec.frontend import load_spec
+
+    trees, failed = 0, False
+    for path in args.specs:
+        try:
+            spec, _ = load_spec(path)
+        except SpecError as e:
+            print(e.render(), file=sys.stderr)
+            failed = True
+            continue
+        trees += len(spec.trees)
+    if failed:
+        return 1
+    print(f"ok: {trees} tree{'s' if trees != 1 else ''}")
+    return 0
+
+
+# ---- inspect --------------------------------------------------------------------------------------------
+
+
+def add_inspect(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("inspect", help="show a spec's trees, their bounds and worst-case token counts")
+    p.add_argument("spec", metavar="SPEC", help="a .flide file")
+    p.set_defaults(run=run_inspect)
+
+
+def run_inspect(args: argparse.Namespace) -> int:
+    from flidec.frontend import load_spec
+
+    try:
+        spec, _ = load_spec(args.spec)
+    except SpecError as e:
+        print(e.render(), file=sys.stderr)
+        return 1
+    print("\n\n".join(inspect_tree(t) for t in spec.trees))
+    return 0
+
+
+def inspect_tree(tree: Tree) -> str:
+    """A tree as indented lines with each node's bounds, then its worst-case stream tokens per level."""
+    from flidec.ir.printer import bound_text, range_text, type_text
+    from flidec.ir.verify import (
+        ASK_FRAME_TOKENS,
+        MAX_TREE_TOKENS,
+        OPTION_FRAME_TOKENS,
+        ask_tokens,
+        level_tokens,
+    )
+
+    rows: list[tuple[str, str]] = []
+
+    def part(value: object) -> str:
+        if value is None:
+            return "none"
+        if isinstance(value, str):
+            return f"{len(value.encode('utf-8'))} bytes"
+        if hasattr(value, "max_tokens"):
+            return "bound" + bound_text(value)  # type: ignore[arg-type]
+        n = len(getattr(value, "options", getattr(value, "levels", ())))
+        return f"{n} listed" if n else "listed"
+
+    def walk(body: tuple[Node, ...], depth: int, level: int) -> None:
+        pad = "  " * depth
+        for node in body:
+            if isinstance(node, Text):
+                what = f"bound{bound_text(node.value)}" if not isinstance(node.value, str) else \
+                    f"constant, {len(node.value.encode('utf-8'))} bytes"
+                rows.append((f"{pad}text {node.name or ''}".rstrip(), what))
+            elif isinstance(node, Ask):
+                repeat = range_text(node.repeat) if node.repeat else ""
+                types = " | ".join(type_text(t, node.criteria) for t in node.types)
+                parts = f"instructions {part(node.instructions)}, criteria {part(node.criteria)}"
+                rows.append((f"{pad}ask {node.name}{repeat}: {types}", f"{parts}; <= {ask_tokens(node)} tokens"))
+            else:
+                text = f", text{bound_text(node.text)} each" if node.text else ""
+                rows.append((f"{pad}fork {node.name}", f"level {level + 1}: {range_text(node.fanout)} branches{text}"))
+                walk(node.body, depth + 1, level + 1)
+
+    s = tree.state
+    head = f"tree {tree.name}"
+    if tree.wire:
+        head += f"  (wire {tree.wire})"
+    if tree.buckets:
+        head += "  buckets " + ", ".join(str(b) for b in tree.buckets)
+    rows.append((f"  state {s.name}", f"level 0: text{bound_text(s.bound)}" + (", resumable" if s.resumable else "")))
+    walk(tree.body, 1, 0)
+    width = max(len(a) for a, _ in rows) + 2
+    lines = [head] + [f"{a:<{width}}{b}" for a, b in rows]
+    levels = level_tokens(tree)
+    lines.append("  worst-case stream tokens per level:")
+    for i, n in enumerate(levels):
+        lines.append(f"    level {i}: {n}")
+    lines.append(f"    total:   {sum(levels)} (limit {MAX_TREE_TOKENS})")
+    lines.append(f"  (upper bounds: a constant string counts as its UTF-8 bytes, which byte-level BPE never exceeds "
+                 f"in tokens; each ask adds {ASK_FRAME_TOKENS} tokens of framing and {OPTION_FRAME_TOKENS} per option)")
+    return "\n".join(lines)
+
+
+# ---- fmt ------------------------------------------------------------------------------------------------
+
+
+def add_fmt(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("fmt", help="rewrite specs in canonical form (comments kept)")
+    p.add_argument("specs", nargs="+", metavar="SPEC", help=".flide files")
+    p.add_argument("--check", action="store_true", help="change nothing; print a diff and exit 1 if not canonical")
+    p.set_defaults(run=run_fmt)
+
+
+def run_fmt(args: argparse.Namespace) -> int:
+    from flidec.frontend import read_spec
+    from flidec.frontend.layout import layout_of
+    from flidec.ir.printer import print_spec
+
+    status = 0
+    for path in args.specs:
+        try:
+            spec, source = read_spec(path)
+        except SpecError as e:
+            print(e.render(), file=sys.stderr)
+            status = 1
+            continue
+        canonical = print_spec(spec, layout_of(source, spec))
+        if canonical == source:
+            continue
+        if args.check:
+            sys.stdout.writelines(difflib.unified_diff(source.splitlines(keepends=True),
+                                                       canonical.splitlines(keepends=True),
+                                                       f"{path} (as written)", f"{path} (canonical)"))
+            status = 1
+        else:
+            Path(path).write_text(canonical, encoding="utf-8")
+            print(f"formatted {path}", file=sys.stderr)
+    return status
+
+
+COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_check, add_inspect, add_fmt]
+
+if __name__ == "__main__":
+    sys.exit(main())
