@@ -158,8 +158,10 @@ def _is_value(v: Any) -> bool:
     return isinstance(v, (str, dict, list))
 
 
-def _as_text(v: Any) -> str:
-    return v if isinstance(v, str) else json.dumps(v, ensure_ascii=False, separators=(",", ":"))
+def render_value(v: Any) -> str:
+    """How a state, instruction or description that is a JSON object or array becomes prompt text (System
+    One renders such values as JSON); token bounds are checked on exactly this text."""
+    return v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
 
 
 class _Validator:
@@ -169,7 +171,7 @@ class _Validator:
     def tokens(self, path: str, texts: list[Any], bound: Bound) -> Iterator[str]:
         if self.count_tokens is None:
             return
-        n = sum(self.count_tokens(_as_text(t)) for t in texts)
+        n = sum(self.count_tokens(render_value(t)) for t in texts)
         if n > bound.max_tokens:
             yield f"{path}: {n} tokens over its bound {bound.max_tokens}"
         elif n < bound.min_tokens:

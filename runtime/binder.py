@@ -1,0 +1,270 @@
+"""The binder and packer: instances of a tree -> token pieces -> one packed Stream, and reads -> answers.
+
+Consumes a tree (flidec.ir.tree), instances in its JSON form and a format implementing BindFormat
+(flidec.formats.next_token does; runtime/ never imports formats); produces a Bound: the Stream (built with
+runtime.meta.build_meta) and, per read, the instance and answer path it belongs to. Segments: an instance's
+root holds its state (and the texts before its first ask or fork); each run of texts after a branch point,
+each fork branch and each ask's question block is a child segment; empty pieces get no segment. Segments
+are laid out level by level across all instances (each level's rows contiguous); an instance that fails to
+bind is reported in Bound.errors and takes no rows. With verify=True every ask's path ids are checked
+against its whole prompt tokenized in one go (E3 depends on that equality).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import torch
+
+from flidec.ir.errors import InstanceError
+from flidec.ir.instance import takes_key, validate_instance
+from flidec.ir.tree import Ask, Fork, Node, Text, Tree
+from flidec.runtime.meta import Read, Segment, Stream, build_meta, linear_stream
+
+Shape = object  # an answer skeleton: dict / list / read index (int) at the leaves
+
+
+class AskPieceLike(Protocol):
+    ids: tuple[int, ...]  # the question block's ids, through the chat template's generation prompt
+    labels: tuple[int, ...]  # label token ids, in option order
+
+
+class BindFormat(Protocol):
+    """What the binder needs from a format (paths name the node for errors, e.g. `action[3].judge`)."""
+
+    def count_tokens(self, text: str) -> int: ...
+
+    def root_piece(self, state: object) -> tuple[int, ...]: ...
+
+    def text_piece(self, text: str, constant: bool) -> tuple[int, ...]: ...
+
+    def ask_piece(self, ask: Ask, question: Mapping[str, object] | None, path: str) -> AskPieceLike: ...
+
+    def prompt_ids(self, state: object, texts: Sequence[str], ask: Ask, question: Mapping[str, object] | None,
+                   path: str) -> tuple[int, ...]: ...
+
+    def answer(self, piece: AskPieceLike, logits: Sequence[float]) -> dict: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Site:
+    """Where a read's answer goes: the instance (its index in the bound list) and the ask's path."""
+
+    instance: int
+    path: str
+    piece: AskPieceLike
+
+
+@dataclass(frozen=True)
+class Bound:
+    """Instances bound into one stream: what the executor runs and what runtime.answers reads back."""
+
+    stream: Stream
+    sites: tuple[Site, ...]  # one per read, in stream.meta.reads order
+    shapes: tuple[Shape | None, ...]  # per instance: its answer skeleton, None where it failed to bind
+    errors: Mapping[int, InstanceError]  # instance index -> why it was not bound
+    fmt: BindFormat
+    wire: str | None
+    rows_used: int  # rows holding segments; the rest (up to the stream's length) is padding
+    input_tokens: tuple[int, ...]  # per instance: the sum of its asks' whole prompt lengths (0 if it failed)
+
+
+@dataclass
+class _Plan:
+    """One instance's segments before packing (parents before children, local indices)."""
+
+    ids: list[list[int]] = field(default_factory=list)
+    parents: list[int] = field(default_factory=list)
+    reads: list[tuple[int, AskPieceLike, str]] = field(default_factory=list)  # (segment, piece, path)
+
+    def segment(self, ids: Sequence[int], parent: int) -> int:
+        self.ids.append(list(ids))
+        self.parents.append(parent)
+        return len(self.ids) - 1
+
+    def path_ids(self, seg: int) -> list[int]:
+        chain = []
+        while seg >= 0:
+            chain.append(seg)
+            seg = self.parents[seg]
+        return [t for s in reversed(chain) for t in self.ids[s]]
+
+
+class _Walker:
+    def __init__(self, tree: Tree, fmt: BindFormat, verify: bool):
+        self.tree, self.fmt, self.verify = tree, fmt, verify
+
+    def plan(self, instance: object) -> tuple[_Plan, Shape]:
+        name = self.tree.state.name
+        if not isinstance(instance, Mapping):
+            raise InstanceError(["the instance must be a JSON object"])
+        if name not in instance:
+            raise InstanceError([f"{name}: missing"])
+        state = instance[name]
+        if not isinstance(state, (str, Mapping, list)):
+            raise InstanceError([f"{name}: must be a string, an object or an array"])
+        self.state, plan = state, _Plan()
+        root = plan.segment(self.fmt.root_piece(state), -1)
+        return plan, self.body(plan, self.tree.body, instance, root, True, [], "")
+
+    def body(self, plan: _Plan, nodes: tuple[Node, ...], obj: Mapping, cur: int, is_open: bool,
+             texts: list[str], prefix: str) -> dict:
+        shape: dict = {}
+        for node in nodes:
+            if isinstance(node, Text):
+                constant = isinstance(node.value, str)
+                text = node.value if constant else _get(obj, node.name, str, prefix + str(node.name))
+                cur, is_open = self.text(plan, text, constant, cur, is_open, texts)
+            elif isinstance(node, Ask):
+                is_open = False
+                shape[node.name] = self.ask(plan, node, obj, cur, texts, prefix + node.name)
+            else:
+                is_open = False
+                shape[node.name] = self.fork(plan, node, obj, cur, texts, prefix + node.name)
+        return shape
+
+    def text(self, plan: _Plan, text: str, constant: bool, cur: int, is_open: bool,
+             texts: list[str]) -> tuple[int, bool]:
+        texts.append(text)
+        ids = self.fmt.text_piece(text, constant)
+        if not ids:
+            return cur, is_open
+        if is_open:  # nothing branched off here yet: the text extends the current segment
+            plan.ids[cur] += ids
+            return cur, True
+        return plan.segment(ids, cur), True
+
+    def fork(self, plan: _Plan, fork: Fork, obj: Mapping, cur: int, texts: list[str], path: str) -> list:
+        branches = _get(obj, fork.name, list, path)
+        shapes = []
+        for i, branch in enumerate(branches):
+            bpath = f"{path}[{i}]"
+            if not isinstance(branch, Mapping):
+                raise InstanceError([f"{bpath}: a branch must be an object"])
+            btexts, bcur, bopen = list(texts), cur, False
+            if fork.text is not None:
+                bcur, bopen = self.text(plan, _get(branch, "text", str, bpath + ".text"), False, bcur, bopen,
+                                        btexts)
+            shapes.append(self.body(plan, fork.body, branch, bcur, bopen, btexts, bpath + "."))
+        return shapes
+
+    def ask(self, plan: _Plan, ask: Ask, obj: Mapping, cur: int, texts: list[str], path: str) -> Shape:
+        if ask.repeat is not None:
+            questions = _get(obj, ask.name, Mapping, path)
+            return {qid: self.read(plan, ask, q, cur, texts, f"{path}[{json.dumps(qid, ensure_ascii=False)}]")
+                    for qid, q in questions.items()}
+        question = _get(obj, ask.name, Mapping, path) if takes_key(ask) else None
+        return self.read(plan, ask, question, cur, texts, path)
+
+    def read(self, plan: _Plan, ask: Ask, question: object, cur: int, texts: list[str], path: str) -> int:
+        if question is not None and not isinstance(question, Mapping):
+            raise InstanceError([f"{path}: a question must be an object"])
+        piece = self.fmt.ask_piece(ask, question, path)
+        seg = plan.segment(piece.ids, cur)
+        if self.verify:
+            whole = self.fmt.prompt_ids(self.state, texts, ask, question, path)
+            if tuple(plan.path_ids(seg)) != tuple(whole):
+                raise InstanceError([f"{path}: its token pieces do not add up to its whole prompt's tokens "
+                                     "(a text the tokenizer would merge across a piece boundary)"])
+        plan.reads.append((seg, piece, path))
+        return len(plan.reads) - 1
+
+
+def _get(obj: Mapping, key: str | None, kind: type, path: str) -> object:
+    if key not in obj:
+        raise InstanceError([f"{path}: missing"])
+    value = obj[key]
+    if not isinstance(value, kind):
+        what = {str: "a string", list: "an array"}.get(kind, "an object")
+        raise InstanceError([f"{path}: must be {what}"])
+    return value
+
+
+def bind(tree: Tree, instances: Sequence[object], fmt: BindFormat, *, rows: int | None = None,
+         validate: bool = True, verify: bool = True) -> Bound:
+    """Pack every instance into one stream; an instance that fails is reported in Bound.errors.
+
+    `rows`: pad the stream to this many rows (ValueError when the segments need more). `validate`: check
+    each instance against the tree first (flidec.ir.instance, token bounds counted by the format)."""
+    walker = _Walker(tree, fmt, verify)
+    plans: list[tuple[int, _Plan]] = []
+    shapes: list[Shape | None] = []
+    errors: dict[int, InstanceError] = {}
+    for i, inst in enumerate(instances):
+        try:
+            if validate:
+                validate_instance(tree, inst, fmt.count_tokens)
+            plan, shape = walker.plan(inst)
+        except InstanceError as e:
+            errors[i] = e
+            shapes.append(None)
+            continue
+        plans.append((i, plan))
+        shapes.append(shape)
+    stream, sites, lengths = _pack(plans, rows)
+    input_tokens = [0] * len(instances)
+    for site, n in zip(sites, lengths):
+        input_tokens[site.instance] += n
+    used = sum(s.length for s in stream.meta.segments)
+    return Bound(stream, sites, tuple(shapes), errors, fmt, tree.wire, used, tuple(input_tokens))
+
+
+def bind_one(tree: Tree, instance: object, fmt: BindFormat, *, rows: int | None = None,
+             validate: bool = True, verify: bool = True) -> Bound:
+    """One instance; its InstanceError is raised."""
+    bound = bind(tree, [instance], fmt, rows=rows, validate=validate, verify=verify)
+    if bound.errors:
+        raise bound.errors[0]
+    return bound
+
+
+def _pack(plans: list[tuple[int, _Plan]], rows: int | None) -> tuple[Stream, tuple[Site, ...], list[int]]:
+    """Lay the planned segments out level by level, in instance order within a level."""
+    entries = []  # (level, instance order, local index)
+    levels: dict[tuple[int, int], int] = {}
+    for k, (_, plan) in enumerate(plans):
+        for j, parent in enumerate(plan.parents):
+            levels[k, j] = 0 if parent < 0 else levels[k, parent] + 1
+            entries.append((levels[k, j], k, j))
+    entries.sort()
+    index = {(k, j): n for n, (_, k, j) in enumerate(entries)}
+    segments: list[Segment] = []
+    tokens: list[int] = []
+    for level, k, j in entries:
+        plan = plans[k][1]
+        parent = plan.parents[j]
+        pidx = index[k, parent] if parent >= 0 else -1
+        pos0 = segments[pidx].end if pidx >= 0 else 0
+        ids = plan.ids[j]
+        segments.append(Segment(start=len(tokens), length=len(ids), pos0=pos0, parent=pidx, level=level))
+        tokens += ids
+    used = len(tokens)
+    num_rows = used if rows is None else rows
+    if num_rows < used:
+        raise ValueError(f"the instances need {used} rows, more than the {rows} asked for")
+    tokens += [0] * (num_rows - used)
+    reads, sites, lengths = [], [], []
+    for k, (i, plan) in enumerate(plans):
+        for seg, piece, path in plan.reads:
+            s = segments[index[k, seg]]
+            reads.append(Read(row=s.start + s.length - 1, labels=tuple(piece.labels)))
+            sites.append(Site(i, path, piece))
+            lengths.append(s.end)
+    meta = build_meta(tuple(segments), tuple(reads), num_rows)
+    return Stream(torch.tensor(tokens, dtype=torch.int64), meta), tuple(sites), lengths
+
+
+def plain_streams(bound: Bound) -> tuple[Stream, ...]:
+    """Per read, the plain single-sequence stream of its whole path, read at its last token (for E3)."""
+    meta = bound.stream.meta
+    out = []
+    for read in meta.reads:
+        seg = int(meta.segment_ids[read.row])
+        rows = [r for s in (*meta.ancestors[seg], seg)
+                for r in range(meta.segments[s].start, meta.segments[s].start + meta.segments[s].length)]
+        tokens = bound.stream.tokens[rows].tolist()
+        out.append(linear_stream(tokens, {len(tokens) - 1: read.labels}))
+    return tuple(out)
