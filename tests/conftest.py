@@ -1,0 +1,40 @@
+"""Shared pytest fixtures: test checkpoints and the Qwen3.5 tokenizer, built once per test session.
+
+`tiny_checkpoint`: a tiny Qwen3.5 directory (Qwen3_5ForCausalLM layout, bf16 weights, seed 0, the real
+tokenizer and chat template) from flidec.testing.make_checkpoint. `tiny_conditional_checkpoint`: the same
+text weights under Qwen3_5ForConditionalGeneration naming, plus vision and mtp tensors to skip.
+`qwen_tokenizer`: flidec's ModelTokenizer for `tiny_checkpoint`; `hf_qwen_tokenizer`: transformers'
+AutoTokenizer for it (what vLLM would use; slow to load, so shared). Treat all of them as read-only.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from flidec.models.tokenizer import ModelTokenizer, load_tokenizer
+from flidec.testing.make_checkpoint import make_checkpoint
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_checkpoint(tmp_path_factory.mktemp("tiny-causal"), "tiny", seed=0, dtype="bf16").path
+
+
+@pytest.fixture(scope="session")
+def tiny_conditional_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("tiny-conditional")
+    return make_checkpoint(out, "tiny", seed=0, dtype="bf16", layout="conditional").path
+
+
+@pytest.fixture(scope="session")
+def qwen_tokenizer(tiny_checkpoint: Path) -> ModelTokenizer:
+    return load_tokenizer(tiny_checkpoint)
+
+
+@pytest.fixture(scope="session")
+def hf_qwen_tokenizer(tiny_checkpoint: Path):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_checkpoint)
