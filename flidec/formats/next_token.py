@@ -144,6 +144,8 @@ class NextTokenFormat:
         for k, (line, constant) in enumerate(lines):
             ids += self._encode(line if k == len(lines) - 1 else line + "\n", constant)
         opts = q.raw_options if q.kind != "noul" else ()
+        if q.kind == "choice" and None in opts:  # undescribed options are named by their labels
+            opts = labels.texts
         return AskPiece(tuple(ids) + self._footer_ids, labels.ids, q.kind, opts, labels.texts)
 
     def prompt_text(self, state: object, texts: Sequence[str], ask: Ask, question: Mapping | None,
@@ -243,11 +245,22 @@ def _resolve(ask: Ask, question: Mapping[str, object] | None, path: str) -> _Que
 
     constant = not isinstance(ask.criteria, Bound)
     criteria = ask.criteria if constant else q.get("criteria")
-    options, raw_opts = _options(kind, criteria, f"{path}.criteria")
+    if criteria is None and kind != "noul" and constant:
+        # absent criteria: the type fixes the count (the verifier demands choice[n] / score[n]) and every
+        # option is undescribed: its line is its bare label, and the label names it in the answer
+        options, raw_opts = _undescribed(kind, atype.options.hi)
+    else:
+        options, raw_opts = _options(kind, criteria, f"{path}.criteria")
     if kind != "noul" and not atype.options.lo <= len(options) <= atype.options.hi:
         raise InstanceError([f"{path}.criteria: {len(options)} options, allowed "
                              f"{atype.options.lo} to {atype.options.hi}"])
     return _Question(kind, instructions, options, raw_opts, constant)
+
+
+def _undescribed(kind: AskKind, n: int) -> tuple[tuple[tuple[None, None], ...], tuple[object, ...]]:
+    """n options shown as their bare labels; a score's legend names each level by its digit, a choice
+    names each option by its label (see AskPiece.options)."""
+    return ((None, None),) * n, (tuple(str(i) for i in range(n)) if kind == "score" else (None,) * n)
 
 
 def _desc(value: object) -> str | None:

@@ -44,6 +44,20 @@ def test_noul_and_score_prompt_texts(fmt: NextTokenFormat) -> None:
         '{"k": ["é", 1]}\n\n0: bad\n1: good\nAnswer with the number of one level only.')
 
 
+def test_asks_without_criteria_show_bare_labels_and_answer_by_label(fmt: NextTokenFormat) -> None:
+    gain = Ask("gain", (AskType("score", Range(5, 5)),), instructions="How much?")
+    assert fmt.prompt_text("s", [], gain, None, "gain") == (
+        "s\n\nQuestion: How much?\n0\n1\n2\n3\n4\nAnswer with the number of one level only.")
+    piece = fmt.ask_piece(gain, None, "gain")
+    answer = fmt.answer(piece, [0.0, 0.0, 0.0, 0.0, 5.0])
+    assert answer["legend"] == {str(i): str(i) for i in range(5)} and answer["score"] > 3.9
+    pick = Ask("pick", (AskType("choice", Range(3, 3)),), instructions="Which?")
+    assert fmt.prompt_text("s", [], pick, None, "pick") == (
+        "s\n\nQuestion: Which?\nA\nB\nC\nAnswer with the letter of one option only.")
+    piece = fmt.ask_piece(pick, None, "pick")
+    assert fmt.answer(piece, [0.0, 3.0, 0.0])["choice"] == "B"
+
+
 def test_bound_question_objects_render_as_json(fmt: NextTokenFormat) -> None:
     q = {"type": "choice", "instructions": {"task": "rank"}, "criteria": {"x": ["d", 1], "y": None}}
     assert fmt.prompt_text("", [], ANY, q, "q") == (
