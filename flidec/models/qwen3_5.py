@@ -1,0 +1,182 @@
+"""A compact Qwen3.5 text model over a packed stream, traceable with torch.fx.
+
+Consumes a TextConfig and weights named as in flidec.models.weights; `forward(tokens [T], meta)` returns the
+fp32 label logits of meta's reads [R, Lmax]; `hidden_states` returns the final-normed fp32 hidden state of
+every row. Every row-wise product and norm goes through the reference ops (fixed row tiles), and the ops that
+read other rows or need meta (fork_conv, fork_attention, fork_gdn, label_logits, rotary) are torch.fx leaf
+calls (torch.fx.wrap below), so `torch.fx.symbolic_trace` yields a graph that fork-lowering passes can
+rewrite. The architecture follows transformers' modeling_qwen3_5 (its numerical reference): zero-centred
+RMSNorm; gated attention (q_proj -> query and output gate, q/k norm, partial RoPE, GQA); Gated DeltaNet
+(causal conv + SiLU over qkv, L2-normed q/k, g = -exp(A_log) * softplus(a + dt_bias), beta = sigmoid(b),
+gated RMSNorm with silu(z)); SwiGLU MLP; tied or untied head.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import torch.fx
+import torch.nn.functional as F
+from torch import nn
+
+from flidec.models.config import LINEAR, TextConfig
+from flidec.models.weights import expected_shapes, load_weights
+from flidec.runtime.meta import StreamMeta
+from flidec.runtime.reference.ops import (
+    fork_attention,
+    fork_conv,
+    fork_gdn,
+    gated_rms_norm,
+    gdn_beta,
+    gdn_decay,
+    label_logits,
+    linear,
+    rms_norm,
+    rotary,
+)
+
+# Leaf calls: kept whole in the traced graph (they loop over tiles, segments and chunks, or read meta).
+LEAF_OPS = (
+    "linear", "rms_norm", "gated_rms_norm", "gdn_decay", "gdn_beta", "rotary",
+    "fork_conv", "fork_attention", "fork_gdn", "label_logits",
+)
+for _name in LEAF_OPS:
+    torch.fx.wrap(_name)
+
+
+class Weight(nn.Module):
+    """One tensor under transformers' `<module>.weight` name (projections are bias-free in Qwen3.5)."""
+
+    def __init__(self, *shape: int, dtype: torch.dtype):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(*shape, dtype=dtype), requires_grad=False)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: TextConfig, dtype: torch.dtype):
+        super().__init__()
+        h, d = cfg.hidden_size, cfg.head_dim
+        self.heads, self.kv_heads, self.head_dim, self.eps = cfg.num_heads, cfg.num_kv_heads, d, cfg.rms_norm_eps
+        self.q_proj = Weight(2 * cfg.num_heads * d, h, dtype=dtype)  # per head: query, then output gate
+        self.k_proj = Weight(cfg.num_kv_heads * d, h, dtype=dtype)
+        self.v_proj = Weight(cfg.num_kv_heads * d, h, dtype=dtype)
+        self.o_proj = Weight(h, cfg.num_heads * d, dtype=dtype)
+        self.q_norm = Weight(d, dtype=dtype)
+        self.k_norm = Weight(d, dtype=dtype)
+        rot = cfg.rotary_dim  # inv_freq stays fp32 whatever the weights' dtype, as in transformers
+        inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, rot, 2, dtype=torch.float32) / rot))
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def forward(self, x: torch.Tensor, meta: StreamMeta) -> torch.Tensor:
+        d = self.head_dim
+        qg = linear(x, self.q_proj.weight).view(-1, self.heads, 2 * d)
+        q, gate = qg[..., :d], qg[..., d:].reshape(-1, self.heads * d)
+        q = rms_norm(q, self.q_norm.weight, self.eps)
+        k = rms_norm(linear(x, self.k_proj.weight).view(-1, self.kv_heads, d), self.k_norm.weight, self.eps)
+        v = linear(x, self.v_proj.weight).view(-1, self.kv_heads, d)
+        q = rotary(q, meta.positions, self.inv_freq)
+        k = rotary(k, meta.positions, self.inv_freq)
+        o = fork_attention(q, k, v, meta)
+        o = o.reshape(-1, self.heads * d) * torch.sigmoid(gate)
+        return linear(o, self.o_proj.weight)
+
+
+class GatedDeltaNet(nn.Module):
+    def __init__(self, cfg: TextConfig, dtype: torch.dtype):
+        super().__init__()
+        h, hv = cfg.hidden_size, cfg.linear_num_value_heads
+        self.key_dim, self.value_dim = cfg.linear_key_dim, cfg.linear_value_dim
+        self.k_heads, self.k_dim = cfg.linear_num_key_heads, cfg.linear_key_head_dim
+        self.v_heads, self.v_dim = hv, cfg.linear_value_head_dim
+        self.eps = cfg.rms_norm_eps
+        self.in_proj_qkv = Weight(cfg.conv_dim, h, dtype=dtype)
+        self.in_proj_z = Weight(self.value_dim, h, dtype=dtype)
+        self.in_proj_b = Weight(hv, h, dtype=dtype)
+        self.in_proj_a = Weight(hv, h, dtype=dtype)
+        self.conv1d = Weight(cfg.conv_dim, 1, cfg.conv_kernel, dtype=dtype)  # depthwise: one filter per channel
+        self.A_log = nn.Parameter(torch.zeros(hv, dtype=dtype), requires_grad=False)
+        self.dt_bias = nn.Parameter(torch.zeros(hv, dtype=dtype), requires_grad=False)
+        self.norm = Weight(self.v_dim, dtype=dtype)
+        self.out_proj = Weight(h, self.value_dim, dtype=dtype)
+
+    def forward(self, x: torch.Tensor, meta: StreamMeta) -> torch.Tensor:
+        qkv = fork_conv(linear(x, self.in_proj_qkv.weight), self.conv1d.weight[:, 0], meta)
+        q = qkv[:, : self.key_dim].reshape(-1, self.k_heads, self.k_dim)
+        k = qkv[:, self.key_dim : 2 * self.key_dim].reshape(-1, self.k_heads, self.k_dim)
+        v = qkv[:, 2 * self.key_dim :].reshape(-1, self.v_heads, self.v_dim)
+        g = gdn_decay(linear(x, self.in_proj_a.weight), self.A_log, self.dt_bias)
+        beta = gdn_beta(linear(x, self.in_proj_b.weight))
+        o = fork_gdn(q, k, v, g, beta, meta)
+        z = linear(x, self.in_proj_z.weight).view(-1, self.v_heads, self.v_dim)
+        o = gated_rms_norm(o, z, self.norm.weight, self.eps)
+        return linear(o.reshape(-1, self.value_dim), self.out_proj.weight)
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: TextConfig, dtype: torch.dtype):
+        super().__init__()
+        self.gate_proj = Weight(cfg.intermediate_size, cfg.hidden_size, dtype=dtype)
+        self.up_proj = Weight(cfg.intermediate_size, cfg.hidden_size, dtype=dtype)
+        self.down_proj = Weight(cfg.hidden_size, cfg.intermediate_size, dtype=dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        act = F.silu(linear(x, self.gate_proj.weight)) * linear(x, self.up_proj.weight)
+        return linear(act, self.down_proj.weight)
+
+
+class Layer(nn.Module):
+    def __init__(self, cfg: TextConfig, kind: str, dtype: torch.dtype):
+        super().__init__()
+        self.kind, self.eps = kind, cfg.rms_norm_eps
+        self.input_layernorm = Weight(cfg.hidden_size, dtype=dtype)
+        self.post_attention_layernorm = Weight(cfg.hidden_size, dtype=dtype)
+        if kind == LINEAR:
+            self.linear_attn = GatedDeltaNet(cfg, dtype)
+        else:
+            self.self_attn = Attention(cfg, dtype)
+        self.mlp = MLP(cfg, dtype)
+
+    def forward(self, x: torch.Tensor, meta: StreamMeta) -> torch.Tensor:
+        h = rms_norm(x, self.input_layernorm.weight, self.eps)
+        mixer = self.linear_attn if self.kind == LINEAR else self.self_attn
+        x = x + mixer(h, meta)
+        return x + self.mlp(rms_norm(x, self.post_attention_layernorm.weight, self.eps))
+
+
+class Qwen35(nn.Module):
+    """Parameters are zeros until `load_weights`; `from_pretrained` builds and loads in one go."""
+
+    def __init__(self, cfg: TextConfig, dtype: torch.dtype = torch.float32):
+        super().__init__()
+        self.cfg = cfg
+        self.embed_tokens = Weight(cfg.vocab_size, cfg.hidden_size, dtype=dtype)
+        self.layers = nn.ModuleList(Layer(cfg, kind, dtype) for kind in cfg.layer_types)
+        self.norm = Weight(cfg.hidden_size, dtype=dtype)
+        self.lm_head = Weight(cfg.vocab_size, cfg.hidden_size, dtype=dtype)
+        if cfg.tie_word_embeddings:
+            self.lm_head.weight = self.embed_tokens.weight
+
+    @classmethod
+    def from_pretrained(cls, model_dir: str | Path, dtype: torch.dtype = torch.bfloat16) -> Qwen35:
+        model = cls(TextConfig.from_dir(model_dir), dtype)
+        model.load_weights(load_weights(model_dir, dtype))
+        return model
+
+    def load_weights(self, tensors: dict[str, torch.Tensor]) -> None:
+        """Copy named tensors (flidec.models.weights names and shapes) into the parameters."""
+        params = dict(self.named_parameters(remove_duplicate=False))
+        for name in expected_shapes(self.cfg):
+            with torch.no_grad():
+                params[name].copy_(tensors[name])
+
+    def hidden_states(self, tokens: torch.Tensor, meta: StreamMeta) -> torch.Tensor:
+        """Final-normed hidden state of every row, fp32 [T, H] (the final norm runs in fp32: E4)."""
+        x = F.embedding(tokens, self.embed_tokens.weight)
+        for layer in self.layers:
+            x = layer(x, meta)
+        return rms_norm(x.float(), self.norm.weight, self.cfg.rms_norm_eps)
+
+    def forward(self, tokens: torch.Tensor, meta: StreamMeta) -> torch.Tensor:
+        """fp32 logits of every read's labels [R, Lmax], padding labels -inf."""
+        return label_logits(self.hidden_states(tokens, meta), self.lm_head.weight, meta)
