@@ -1,0 +1,77 @@
+"""Run a @triton.jit kernel eagerly on torch tensors: Triton's JIT on a GPU, or its interpreter on the CPU.
+
+Consumes a kernel, a grid and the launch arguments; produces the kernel's side effects on the tensors. This
+is the path of the kernel tests (the CPU interpreter in CI, the JIT on the GPU tier); production launches
+the AOT cubins of codegen/aot.py instead.
+Relies on Triton 3.6's interpreter switch: TRITON_INTERPRET=1 must be set before triton is first imported
+(Triton decides at decoration time, for its own triton.language helpers too, whether a @jit function is
+compiled or interpreted), so one process either interprets or compiles (tests/codegen/conftest.py sets it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import torch
+import triton.language as tl
+from triton.runtime import interpreter
+from triton.runtime.interpreter import InterpretedFunction
+
+
+def interpreting() -> bool:
+    """Whether this process's Triton runs kernels in the interpreter (TRITON_INTERPRET=1 at import)."""
+    return isinstance(tl.zeros, InterpretedFunction)
+
+
+def launch(kernel: Any, grid: tuple[int, ...], *args: Any, device: torch.device, **constexprs: Any) -> None:
+    """Launch `kernel[grid](*args, **constexprs)` on the tensors of `device`."""
+    if isinstance(kernel, InterpretedFunction):
+        # the interpreter copies device tensors to the host and back, so it runs with any device
+        with _interpreter_fixed():
+            kernel[grid](*args, **constexprs)
+        return
+    if device.type != "cuda":
+        raise RuntimeError(f"a compiled Triton kernel needs CUDA tensors, got {device}; set TRITON_INTERPRET=1 "
+                           "before importing triton to run kernels on the CPU")
+    kernel[grid](*args, **constexprs)
+
+
+@contextmanager
+def _interpreter_fixed() -> Iterator[None]:
+    """Patch two Triton 3.6 interpreter bugs for the duration of a launch (undone on exit).
+
+    - bf16 tl.dot: the interpreter stores bfloat16 as uint16 and create_dot multiplies the raw bit patterns
+      (triton-lang/triton#11584). The GPU multiplies bf16 values exactly into fp32, which widening the
+      operands to fp32 before the matmul computes.
+    - scalar loads are 1-element arrays, and NumPy >= 2.4 refuses int() of them, so a `range` bounded by a
+      loaded value fails (triton-lang/triton#9171): index with the squeezed value instead.
+    """
+    builder = interpreter.interpreter_builder
+    create_dot: Callable = builder.create_dot
+    patch_tensor: Callable = interpreter._patch_lang_tensor
+
+    def fixed_dot(a, b, d, input_precision, max_num_imprecise_acc):
+        return create_dot(_widen_bf16(a), _widen_bf16(b), d, input_precision, max_num_imprecise_acc)
+
+    def fixed_patch_tensor(tensor, scope):
+        patch_tensor(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.squeeze()))
+
+    builder.create_dot = fixed_dot
+    interpreter._patch_lang_tensor = fixed_patch_tensor
+    try:
+        yield
+    finally:
+        del builder.create_dot  # back to the class's method
+        interpreter._patch_lang_tensor = patch_tensor
+
+
+def _widen_bf16(h: interpreter.TensorHandle) -> interpreter.TensorHandle:
+    if h.dtype.scalar != tl.bfloat16:
+        return h
+    # a bf16 is the top half of an fp32: shifting its bits up is exact
+    wide = (h.data.astype(np.uint32) << 16).view(np.float32)
+    return interpreter.TensorHandle(wide, tl.float32)

@@ -1,0 +1,111 @@
+"""Batch-invariant GEMM y = x @ W^T: a row's bits depend on that row of x and on W only.
+
+Consumes x [M, K] and W [N, K] (bf16 or fp32, inner dim contiguous); produces y [M, N] in x's dtype, with
+fp32 accumulation. One program per (BLOCK_M rows, BLOCK_N columns) tile; K is reduced in BLOCK_K steps
+from 0 upward, in the same order for every row, with no split-K, so neither M nor a row's place among the
+tiles changes its result. Relies on one tile choice per dtype (TILES) shared by every bucket (E3): a
+size-dependent choice would change the reduction and break batch invariance.
+Later work, not done here: a persistent, TMA-fed Hopper variant (it needs host-built tensor descriptors
+or device-side descriptor creation with a global scratch buffer, which the runtime does not provide yet).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+from flidec.codegen import eager
+
+
+@dataclass(frozen=True, slots=True)
+class GemmTiles:
+    block_m: int
+    block_n: int
+    block_k: int
+    num_warps: int
+    num_stages: int
+
+
+# One tile choice per dtype, shared by every bucket and every M (E3).
+TILES: dict[torch.dtype, GemmTiles] = {
+    torch.bfloat16: GemmTiles(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=3),
+    torch.float32: GemmTiles(block_m=64, block_n=64, block_k=32, num_warps=4, num_stages=2),
+}
+
+_DTYPES = {torch.bfloat16: "bf16", torch.float32: "fp32"}
+
+
+@triton.jit
+def gemm_kernel(
+    x_ptr, w_ptr, y_ptr,
+    M,  # i32: rows of x and y (the only size that varies between launches)
+    N: tl.constexpr, K: tl.constexpr,
+    X_ST: tl.constexpr, W_ST: tl.constexpr, Y_ST: tl.constexpr,  # row strides, in elements
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    x_rows = x_ptr + rm.to(tl.int64)[:, None] * X_ST
+    w_rows = w_ptr + rn.to(tl.int64)[:, None] * W_ST
+    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        kk = k0 + rk
+        x = tl.load(x_rows + kk[None, :], mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
+        w = tl.load(w_rows + kk[None, :], mask=(rn[:, None] < N) & (kk[None, :] < K), other=0.0)
+        acc = tl.dot(x, tl.trans(w), acc, input_precision="ieee")
+    y = y_ptr + rm.to(tl.int64)[:, None] * Y_ST + rn[None, :]
+    tl.store(y, acc.to(y_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+@dataclass(frozen=True, slots=True)
+class GemmSpec:
+    """Everything a GEMM kernel is specialized on (M is a launch argument, not part of the spec)."""
+
+    dtype: torch.dtype
+    n: int
+    k: int
+    strides: tuple[int, int, int]  # row strides of x, W, y, in elements
+
+    @property
+    def tiles(self) -> GemmTiles:
+        return TILES[self.dtype]
+
+    def signature(self) -> dict[str, str]:
+        ptr = "*" + _DTYPES[self.dtype]
+        sig = {"x_ptr": ptr, "w_ptr": ptr, "y_ptr": ptr, "M": "i32"}
+        return sig | {name: "constexpr" for name in self.constexprs()}
+
+    def constexprs(self) -> dict[str, int]:
+        t = self.tiles
+        x_st, w_st, y_st = self.strides
+        return {"N": self.n, "K": self.k, "X_ST": x_st, "W_ST": w_st, "Y_ST": y_st,
+                "BLOCK_M": t.block_m, "BLOCK_N": t.block_n, "BLOCK_K": t.block_k}
+
+    def grid(self, m: int) -> tuple[int, int]:
+        return (triton.cdiv(m, self.tiles.block_m), triton.cdiv(self.n, self.tiles.block_n))
+
+
+def gemm_spec(x: torch.Tensor, weight: torch.Tensor, y: torch.Tensor) -> GemmSpec:
+    """The spec of a launch on these tensors (checking what the kernel assumes of them)."""
+    if x.dtype not in TILES or weight.dtype != x.dtype or y.dtype != x.dtype:
+        raise ValueError(f"x, W and y must share one of {sorted(map(str, TILES))}")
+    if x.shape[1] != weight.shape[1] or y.shape != (x.shape[0], weight.shape[0]):
+        raise ValueError(f"shapes do not compose: x {tuple(x.shape)}, W {tuple(weight.shape)}, y {tuple(y.shape)}")
+    if x.stride(1) != 1 or weight.stride(1) != 1 or y.stride(1) != 1:
+        raise ValueError("x, W and y need a contiguous inner dim")
+    return GemmSpec(dtype=x.dtype, n=weight.shape[0], k=weight.shape[1],
+                    strides=(x.stride(0), weight.stride(0), y.stride(0)))
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """y = x @ W^T, run eagerly (JIT on CUDA, interpreter on CPU). `out` defaults to a NaN-filled tensor."""
+    if out is None:
+        out = torch.full((x.shape[0], weight.shape[0]), float("nan"), dtype=x.dtype, device=x.device)
+    spec = gemm_spec(x, weight, out)
+    if x.shape[0] > 0:
+        eager.launch(gemm_kernel, spec.grid(x.shape[0]), x, weight, out, x.shape[0], device=x.device,
+                     **spec.constexprs())
+    return out

@@ -1,0 +1,56 @@
+"""Batch-invariant GEMM: agrees with torch, and a row's bits depend neither on M nor on the row's tile."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from flidec.codegen.gemm import linear
+from flidec.runtime.reference import ops
+from flidec.runtime.reference.tolerance import TOLERANCE
+
+
+def operands(m: int, n: int, k: int, dtype: torch.dtype, device: torch.device, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(m, k, generator=g).to(dtype).to(device)
+    w = (torch.randn(n, k, generator=g) / k**0.5).to(dtype).to(device)
+    return x, w
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(100, 72, 96), (7, 130, 200)])
+def test_linear_matches_float64(dtype, shape, device) -> None:
+    m, n, k = shape  # N and K that are not multiples of the tiles: masked edges
+    x, w = operands(m, n, k, dtype, device)
+    y = linear(x, w).cpu()
+    want = (x.double() @ w.double().T).cpu()
+    assert y.dtype == dtype and not y.isnan().any()
+    atol, rtol = TOLERANCE[dtype]
+    torch.testing.assert_close(y.double(), want, atol=atol, rtol=rtol)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_linear_matches_reference(dtype, device) -> None:
+    x, w = operands(37, 72, 96, dtype, device, seed=2)
+    atol, rtol = TOLERANCE[dtype]
+    torch.testing.assert_close(linear(x, w).cpu(), ops.linear(x.cpu(), w.cpu()), atol=atol, rtol=rtol)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_linear_is_exact_across_batch_sizes_and_row_order(dtype, device) -> None:
+    x, w = operands(100, 72, 96, dtype, device)
+    full = linear(x, w)
+    for m in (1, 7, 16, 100):
+        assert torch.equal(linear(x[:m], w), full[:m]), f"rows differ at M={m}"
+    perm = torch.randperm(100, generator=torch.Generator().manual_seed(1)).to(device)
+    assert torch.equal(linear(x[perm], w), full[perm]), "rows differ when shuffled"
+    wide = torch.zeros(100, 128, dtype=dtype, device=device)
+    wide[:, :96] = x
+    assert torch.equal(linear(wide[:, :96], w), full), "a strided x changes the rows"
+
+
+def test_linear_refuses_mismatched_operands() -> None:
+    x, w = operands(4, 8, 16, torch.float32, torch.device("cpu"))
+    with pytest.raises(ValueError, match="do not compose"):
+        linear(x, w[:, :8])
+    with pytest.raises(ValueError, match="share one of"):
+        linear(x, w.double())

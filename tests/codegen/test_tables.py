@@ -1,0 +1,75 @@
+"""The host tables of the fork kernels: query tiles and path levels, on random segment forests."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from flidec.codegen import tables
+from flidec.runtime.meta import Segment, StreamMeta, build_meta, path_row
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+
+@st.composite
+def forests(draw) -> StreamMeta:
+    """Random forests packed in a random segment order, with padding rows between segments."""
+    n = draw(st.integers(1, 8))
+    parents = [-1] + [draw(st.integers(-1, i - 1)) for i in range(1, n)]
+    lengths = [draw(st.integers(0, 150)) for _ in range(n)]
+    pos0, level = [0] * n, [0] * n
+    for i, p in enumerate(parents):
+        if p >= 0:
+            pos0[i], level[i] = pos0[p] + lengths[p], level[p] + 1
+    starts, row = [0] * n, 0
+    for i in draw(st.permutations(range(n))):
+        row += draw(st.integers(0, 5))
+        starts[i] = row
+        row += lengths[i]
+    segs = tuple(Segment(start=starts[i], length=lengths[i], pos0=pos0[i], parent=parents[i], level=level[i])
+                 for i in range(n))
+    return build_meta(segs, (), row + draw(st.integers(0, 5)))
+
+
+@settings(max_examples=60, deadline=None)
+@given(forests(), st.sampled_from([16, 64]))
+def test_query_tiles_cover_each_segment_row_once_in_aligned_tiles(meta: StreamMeta, block_m: int) -> None:
+    t = tables.query_tiles(meta, block_m)
+    seen: list[int] = []
+    for seg, row0, pos0, count in t.tolist():
+        s = meta.segments[seg]
+        assert count > 0
+        assert pos0 // block_m == (pos0 + count - 1) // block_m, "a tile stays inside one aligned block"
+        assert s.pos0 <= pos0 and pos0 + count <= s.end
+        assert row0 == s.start + pos0 - s.pos0
+        seen += range(row0, row0 + count)
+    expected = [r for s in meta.segments for r in range(s.start, s.start + s.length)]
+    assert sorted(seen) == sorted(expected) and len(seen) == len(set(seen))
+    assert len(t) <= tables.max_query_tiles(meta.num_rows, len(meta.segments), block_m)
+
+
+@settings(max_examples=60, deadline=None)
+@given(forests())
+def test_path_levels_map_every_path_position_to_its_row(meta: StreamMeta) -> None:
+    levels = tables.path_levels(meta, depth=tables.path_depth(meta) + 1, num_segments=len(meta.segments) + 2)
+    for i, s in enumerate(meta.segments):
+        for p in range(s.end):
+            # the kernel's rule: the deepest level whose first position is <= p
+            row = 0
+            for start, pos0 in levels[i].tolist():
+                if p >= pos0:
+                    row = start + p - pos0
+            assert row == path_row(meta.segments, i, p)
+    assert (levels[len(meta.segments):, :, 1] == tables.POS_NONE).all()
+
+
+def test_tables_pad_to_a_bucket_and_refuse_to_overflow_it() -> None:
+    segs = (Segment(0, 70, 0, -1, 0), Segment(70, 10, 70, 0, 1))
+    meta = build_meta(segs, (), 80)
+    t = tables.query_tiles(meta, 64, num_tiles=6)
+    assert t.tolist() == [[0, 0, 0, 64], [0, 64, 64, 6], [1, 70, 70, 10], [0, 0, 0, 0], [0, 0, 0, 0],
+                          [0, 0, 0, 0]]
+    assert t.dtype == torch.int32
+    with pytest.raises(ValueError, match="needs 3 query tiles"):
+        tables.query_tiles(meta, 64, num_tiles=2)
+    with pytest.raises(ValueError, match="needs depth 2"):
+        tables.path_levels(meta, depth=1)
