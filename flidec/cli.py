@@ -184,7 +184,39 @@ def run_fmt(args: argparse.Namespace) -> int:
     return status
 
 
-COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_check, add_inspect, add_fmt]
+# ---- run ------------------------------------------------------------------------------------------------
+
+
+def add_run(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="answer instances with the reference executor (no compiling)")
+    p.add_argument("spec", metavar="SPEC", help=".flide file")
+    p.add_argument("--model", required=True, help="model directory or hub id")
+    p.add_argument("--instances", required=True, metavar="I.jsonl[.gz]", help="one instance per line")
+    p.add_argument("--out", required=True, metavar="DIR", help="writes DIR/results.jsonl and DIR/summary.json")
+    p.add_argument("--tree", help="the tree to run (needed when the spec has several)")
+    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
+    p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"], help="weights and activations")
+    p.add_argument("--max-stream-tokens", type=int, default=8192,
+                   help="pack instances into streams of at most this many tokens (default 8192)")
+    p.add_argument("--served-name", help="the model name System One responses report (default: the model "
+                   "directory's name)")
+    p.add_argument("--quiet", action="store_true", help="no progress line")
+    p.set_defaults(run=run_run)
+
+
+def run_run(args: argparse.Namespace) -> int:
+    from flidec.run import run
+
+    summary = run(args.spec, args.model, args.instances, args.out, tree=args.tree, device=args.device,
+                  dtype=args.dtype, max_stream_tokens=args.max_stream_tokens, served_name=args.served_name,
+                  progress=not args.quiet)
+    print(f"{summary.answered} answered, {summary.failed} failed, {summary.questions} questions in "
+          f"{summary.wall_s:.1f} s ({summary.questions_per_s:.1f} questions/s); results in "
+          f"{Path(args.out) / 'results.jsonl'}")
+    return 0
+
+
+COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_check, add_inspect, add_fmt, add_run]
 
 if __name__ == "__main__":
     sys.exit(main())
