@@ -35,12 +35,17 @@ def assemble(bound: Bound, label_logits: torch.Tensor, *,
     rows = label_logits.float().tolist()
     per_read = [bound.fmt.answer(site.piece, row[: len(site.piece.labels)])
                 for site, row in zip(bound.sites, rows, strict=True)]
+    # a shape's leaves index its own instance's reads (bind plans each instance alone); the stream holds
+    # each instance's reads contiguously, in plan order
+    own: dict[int, list[dict]] = {}
+    for site, answer in zip(bound.sites, per_read):
+        own.setdefault(site.instance, []).append(answer)
     out: list[dict | None] = []
     for i, shape in enumerate(bound.shapes):
         if shape is None:
             out.append(None)
             continue
-        filled = _fill(shape, per_read)
+        filled = _fill(shape, own.get(i, []))
         if bound.wire == "systemone":
             (questions,) = filled.values()  # type: ignore[union-attr]  # a systemone tree asks one repeated ask
             filled = {"model": served_name, "answers": questions,

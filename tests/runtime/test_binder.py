@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import zlib
 
 import pytest
 import torch
@@ -317,3 +318,22 @@ def test_constant_ask_needs_no_instance_key(fmt) -> None:
     bound = bind_one(PLANNER, PLAN_B, fmt)
     assert [s.path for s in bound.sites] == ["done", "action[0].safe", "action[0].kind",
                                              "action[0].outcome[0].good"]
+
+
+def _logits_by_path(bound) -> torch.Tensor:
+    """Each read's logits depend on its own ask path and label count only (a stand-in for a model)."""
+    out = torch.full((len(bound.sites), bound.stream.meta.read_labels.shape[1]), float("-inf"))
+    for i, site in enumerate(bound.sites):
+        for j in range(len(site.piece.labels)):
+            out[i, j] = float(zlib.crc32(f"{site.path}/{j}".encode()) % 97) / 10
+    return out
+
+
+def test_each_packed_instance_gets_its_own_answers(fmt) -> None:
+    other = {"state": "b", "questions": {"x": {"type": "noul"}, "y": {"type": "score", "criteria": ["l", "h"]}}}
+    packed = bind(SYSTEMONE, [SYS, other], fmt)
+    alone = [bind(SYSTEMONE, [inst], fmt) for inst in (SYS, other)]
+    together = assemble(packed, _logits_by_path(packed), served_name="m")
+    for k, b in enumerate(alone):
+        answers = assemble(b, _logits_by_path(b), served_name="m")[0]["answers"]
+        assert together[k]["answers"] == answers
