@@ -131,6 +131,39 @@ class NextTokenFormat:
     def root_piece(self, state: object) -> tuple[int, ...]:
         return self._header_ids + tuple(self._tok.encode(self._header_tail + render_value(state) + SEP))
 
+    @property
+    def root_head(self) -> tuple[int, ...]:
+        """The ids every root piece starts with: the chat header through its last special token."""
+        return self._header_ids
+
+    def ask_lines(self, ask: Ask) -> tuple[tuple[int, ...] | None, ...]:
+        """An ask's block as far as the spec fixes it, for pre-tokenizing: each line ask_piece encodes on
+        its own (the last one then the footer), as ids where the spec fixes it, None for a run of lines the
+        instance fills in (bound instructions, bound options, or all lines when the type is bound too).
+        Every boundary between entries is one ask_piece cuts at for every instance."""
+        kind = ask.types[0].kind
+        bound_instr = isinstance(ask.instructions, Bound)
+        instr = None if bound_instr else ask.instructions
+        out: list[tuple[int, ...] | None] = []
+        if instr:
+            out.append(self._encode(f"Question: {instr}\n", True))
+        elif bound_instr:
+            out.append(None)
+        if len(ask.types) > 1 or isinstance(ask.criteria, Bound):
+            out.append(None)
+        if len(ask.types) == 1:
+            if not isinstance(ask.criteria, Bound):
+                q = _resolve(ask, None, ask.name)
+                lines = self._lines(q, self._labels(q, ask.name).texts)
+                out += [self._encode(line + "\n", True) for line, _ in lines[1 if instr else 0:-1]]
+            out.append(self._encode(REPLY[kind], True))
+        out.append(self._footer_ids)
+        merged: list[tuple[int, ...] | None] = []
+        for entry in out:  # adjacent instance-filled runs are one run
+            if not (entry is None and merged and merged[-1] is None):
+                merged.append(entry)
+        return tuple(merged)
+
     def text_piece(self, text: str, constant: bool) -> tuple[int, ...]:
         """A continuing or branch text and its separator; () when the text is left out."""
         text = strip_text(text)

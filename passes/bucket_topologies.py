@@ -1,0 +1,91 @@
+"""bucket_topologies: template IR -> program IR, a small ladder of buckets per tree with its padding.
+
+Consumes ir/template.Templates and, from the context, an optional profile of instance sizes per tree
+(ir/template.Sizes, or (rows, segments, depth, reads, labels) tuples), the stated worst-case padding
+(`padding`, default 0.25 of a bucket's rows) and the largest bucket built without hints (`max_rows`).
+Produces ir/program.Program: per tree its worst case within the declared bounds (exact: from the template)
+and a ladder of Buckets, rows in multiples of 64, each with the worst padding an instance landing in it
+(the smallest bucket it fits) can have.
+
+Rows: the tree's bucket hints when it has any (rounded up to 64 rows); else, with a profile, the fewest
+buckets that keep every profiled instance within the stated padding (a greedy interval cover, which is
+optimal; 64-row rounding can force more on instances under 256 rows); else a doubling ladder from the
+smallest instance to the worst case (padding under 50%). Segments, reads, depth and labels per bucket are
+the most an instance of that many rows can have, so rows alone decide the bucket; an instance with more
+rows than the largest bucket takes the eager/split path (TreeProgram.bucket_for returns None).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from flidec.ir.program import ROW_ALIGN, Bucket, BucketPlan, Program, TreeProgram
+from flidec.ir.template import Sizes, Templates, TreeTemplate, max_reads_per_segment, min_rows, worst_sizes
+from flidec.passes.manager import register
+
+PADDING = 0.25
+MAX_ROWS = 65536  # the largest bucket a ladder without hints goes to; longer instances run eagerly
+
+
+@register("bucket_topologies", level_in="template", level_out="program")
+def bucket_topologies(ts: Templates, ctx: object) -> Program:
+    profiles = getattr(ctx, "profile", None) or {}
+    padding = getattr(ctx, "padding", PADDING)
+    max_rows = getattr(ctx, "max_rows", MAX_ROWS)
+    trees = tuple(bucket_tree(t, [s if isinstance(s, Sizes) else Sizes(*s) for s in profiles.get(t.tree, ())],
+                              padding, max_rows)
+                  for t in ts.trees)
+    return Program(trees, padding)
+
+
+def round_rows(n: int) -> int:
+    return max(ROW_ALIGN, -(-n // ROW_ALIGN) * ROW_ALIGN)
+
+
+def bucket_tree(t: TreeTemplate, profile: Sequence[Sizes], padding: float, max_rows: int) -> TreeProgram:
+    worst = worst_sizes(t)
+    least = min_rows(t)
+    outside = [p for p in profile if not _within(p, worst)]
+    if outside:
+        raise ValueError(f"tree {t.tree}: profiled instance {outside[0]} is outside the declared bounds {worst}")
+    if t.buckets:
+        rows, basis = sorted({round_rows(h) for h in t.buckets}), "hints"
+    elif profile:
+        rows, basis = _cover(sorted(p.rows for p in profile), padding, round_rows(worst.rows)), "profile"
+    else:
+        rows, basis = _doubling(least, min(worst.rows, max_rows)), "bounds"
+    reads_per_row = max_reads_per_segment(t)
+    plans = []
+    for k, r in enumerate(rows):
+        bucket = Bucket(f"r{r}", r, min(worst.segments, r), worst.depth, min(worst.reads, r * reads_per_row),
+                        worst.labels)
+        below = rows[k - 1] if k else 0
+        landing = [p.rows for p in profile if below < p.rows <= r]
+        smallest = min(landing) if landing else max(below + 1, least)  # no profiled instance: the bounds
+        plans.append(BucketPlan(bucket, round(max(0, r - smallest) / r, 4)))
+    return TreeProgram(t, worst, tuple(plans), basis)
+
+
+def _within(p: Sizes, worst: Sizes) -> bool:
+    return (p.rows <= worst.rows and p.segments <= worst.segments and p.depth <= worst.depth
+            and p.reads <= worst.reads and p.labels <= worst.labels)
+
+
+def _cover(sizes: list[int], padding: float, most: int) -> list[int]:
+    """The fewest 64-row buckets, none over `most`, such that each size's smallest fitting bucket pads it
+    by at most `padding` of its rows (or by less than 64 rows, where rounding allows nothing better)."""
+    rows: list[int] = []
+    for n in sizes:
+        if rows and n <= rows[-1]:
+            continue
+        # the largest bucket that still pads n by at most `padding`; never below n itself
+        top = int(n / (1 - padding)) // ROW_ALIGN * ROW_ALIGN
+        rows.append(min(max(round_rows(n), top), most))
+    return rows
+
+
+def _doubling(least: int, most: int) -> list[int]:
+    rows = [round_rows(least)]
+    while rows[-1] < most:
+        rows.append(min(2 * rows[-1], round_rows(most)))
+    return rows

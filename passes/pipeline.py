@@ -1,0 +1,42 @@
+"""The compile pipeline, as literal lists of pass names, and the context its passes read.
+
+Consumes a verified Spec and a CompileContext; `compile_tree_passes` runs TREE_PIPELINE through the pass
+manager and returns the program IR (ir/program.Program). Importing this module registers every pass it
+names. The model-graph passes (torch.fx) have their own list beside it when they are wired in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from flidec.ir.program import Program
+from flidec.ir.template import Sizes
+from flidec.ir.tree import Spec
+from flidec.passes import bucket_topologies, dedup_prefixes, fold_prompt_text, layout, levels, verify  # noqa: F401
+from flidec.passes.manager import Options, run
+
+from flidec.formats.next_token import NextTokenFormat
+
+TREE_PIPELINE = (
+    "verify",  # tree -> tree: the spec verifier, then the format's label check
+    "fold_prompt_text",  # tree -> template: constant pieces pre-tokenized, slots bounded
+    "dedup_prefixes",  # template -> template: sibling segments' shared constant prefixes computed once
+    "bucket_topologies",  # template -> program: a bucket ladder per tree, with its padding
+    "layout",  # program -> program: each bucket's level-contiguous stream order
+)
+
+
+@dataclass(frozen=True)
+class CompileContext:
+    """What the tree passes read besides the IR: the format (with the model's tokenizer), a profile of
+    instance sizes per tree name, the stated worst-case padding and the largest bucket without hints."""
+
+    fmt: NextTokenFormat | None = None
+    profile: Mapping[str, Sequence[Sizes]] = field(default_factory=dict)
+    padding: float = bucket_topologies.PADDING
+    max_rows: int = bucket_topologies.MAX_ROWS
+
+
+def compile_tree_passes(spec: Spec, ctx: CompileContext, options: Options | None = None) -> Program:
+    return run(spec, TREE_PIPELINE, ctx, level="tree", options=options or Options()).ir
