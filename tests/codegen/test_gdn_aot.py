@@ -1,0 +1,84 @@
+"""AOT compilation for sm_90 of the forked Gated DeltaNet (plain and fused gate) and fork conv kernels at
+Qwen3.5-0.8B shapes: they build through codegen/aot.compile_kernel (which refuses what the runtime cannot
+launch), their records carry what a launcher needs, and their resource usage is printed for the report.
+
+Compilation runs in a subprocess: this test process interprets Triton (TRITON_INTERPRET=1, conftest.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from flidec.codegen import aot
+
+# 0.8B linear attention: 16 key and 16 value heads of 128, q/k/v read in place from the conv output
+# [T, 2 * 16 * 128 + 16 * 128]; g and beta fp32 [T, 16] (fused: the projections a, b in bf16).
+BUILD = '''
+import json, subprocess, sys, time
+from pathlib import Path
+import torch
+import triton
+from flidec.codegen import aot
+from flidec.codegen.conv import ConvSpec, fork_conv_kernel
+from flidec.codegen.gdn import GdnSpec, fork_gdn_kernel
+
+out = Path(sys.argv[1])
+h, d = 16, 128
+conv_dim = 3 * h * d
+strides = ((conv_dim, d), (conv_dim, d), (conv_dim, d), (h, 1), (h, 1), (h * d, d))
+specs = {
+    "gdn": (fork_gdn_kernel, GdnSpec(torch.bfloat16, torch.float32, torch.bfloat16, h, h, d, d, False,
+                                     strides)),
+    "gdn_fused": (fork_gdn_kernel, GdnSpec(torch.bfloat16, torch.bfloat16, torch.bfloat16, h, h, d, d, True,
+                                           strides)),
+    "conv": (fork_conv_kernel, ConvSpec(torch.bfloat16, torch.bfloat16, conv_dim, (conv_dim, 4, conv_dim))),
+}
+cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+report = {}
+for name, (fn, spec) in specs.items():
+    t = time.perf_counter()
+    k = aot.compile_kernel(fn, spec.signature(), spec.constexprs(), target="sm_90",
+                           num_warps=spec.tiles.num_warps, num_stages=spec.tiles.num_stages)
+    seconds = time.perf_counter() - t
+    digest = aot.write_kernel(k, out)
+    usage = subprocess.run([str(cuobjdump), "--dump-resource-usage", str(out / f"{digest}.cubin")],
+                           capture_output=True, text=True, check=True).stdout
+    report[name] = {"digest": digest, "seconds": seconds, "signature": spec.signature(), "shared": k.shared,
+                    "constexprs": spec.constexprs(), "usage": usage.strip().splitlines()[-1].strip()}
+print(json.dumps(report))
+'''
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> tuple[Path, dict]:
+    work = tmp_path_factory.mktemp("gdn_aot")
+    script = work / "build.py"
+    script.write_text(BUILD)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env |= {"TRITON_CACHE_DIR": str(work / "triton-cache")}
+    run = subprocess.run([sys.executable, str(script), str(work / "kernels")], env=env, capture_output=True,
+                         text=True, timeout=900, check=False)
+    assert run.returncode == 0, run.stderr
+    report = json.loads(run.stdout.strip().splitlines()[-1])
+    for name, r in report.items():
+        print(f"compile {name} for sm_90: {r['seconds']:.1f} s, {r['shared']} B shared; {r['usage']}")
+    return work / "kernels", report
+
+
+@pytest.mark.parametrize("name", ["gdn", "gdn_fused", "conv"])
+def test_gdn_and_conv_kernels_compile_for_sm90(built, name) -> None:
+    directory, report = built
+    k = aot.read_kernel(directory, report[name]["digest"])
+    signature = report[name]["signature"]
+    assert k.name == ("fork_conv_kernel" if name == "conv" else "fork_gdn_kernel")
+    assert k.cubin[:4] == b"\x7fELF"
+    assert dict(k.params) == {n: t for n, t in signature.items() if t != "constexpr"}
+    assert [n for n, _ in k.params] == [n for n, t in signature.items() if t != "constexpr"]
+    assert dict(k.constexprs) == report[name]["constexprs"]
+    assert k.threads == 128 and 0 < k.shared <= aot.MAX_SHARED[90]
+    assert "REG:" in report[name]["usage"]
