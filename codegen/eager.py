@@ -48,24 +48,33 @@ def _interpreter_fixed() -> Iterator[None]:
       operands to fp32 before the matmul computes.
     - scalar loads are 1-element arrays, and NumPy >= 2.4 refuses int() of them, so a `range` bounded by a
       loaded value fails (triton-lang/triton#9171): index with the squeezed value instead.
+    - fp32 -> bf16 casts truncate the mantissa where the GPU rounds to nearest even: round as torch does.
     """
     builder = interpreter.interpreter_builder
     create_dot: Callable = builder.create_dot
+    cast_impl: Callable = builder.cast_impl
     patch_tensor: Callable = interpreter._patch_lang_tensor
 
     def fixed_dot(a, b, d, input_precision, max_num_imprecise_acc):
         return create_dot(_widen_bf16(a), _widen_bf16(b), d, input_precision, max_num_imprecise_acc)
+
+    def fixed_cast(src, dst_type):
+        if src.dtype.scalar != tl.float32 or dst_type.scalar != tl.bfloat16:
+            return cast_impl(src, dst_type)
+        rounded = torch.from_numpy(np.ascontiguousarray(src.data, np.float32)).to(torch.bfloat16)
+        return interpreter.TensorHandle(rounded.view(torch.uint16).numpy(), tl.bfloat16)
 
     def fixed_patch_tensor(tensor, scope):
         patch_tensor(tensor, scope)
         scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.squeeze()))
 
     builder.create_dot = fixed_dot
+    builder.cast_impl = builder.create_fp_trunc = fixed_cast
     interpreter._patch_lang_tensor = fixed_patch_tensor
     try:
         yield
     finally:
-        del builder.create_dot  # back to the class's method
+        del builder.create_dot, builder.cast_impl, builder.create_fp_trunc  # back to the class's methods
         interpreter._patch_lang_tensor = patch_tensor
 
 

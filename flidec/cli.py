@@ -70,13 +70,20 @@ def run_check(args: argparse.Namespace) -> int:
 
 
 def add_inspect(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("inspect", help="show a spec's trees, their bounds and worst-case token counts")
-    p.add_argument("spec", metavar="SPEC", help="a .flide file")
+    p = sub.add_parser("inspect", help="show a spec's trees, bounds and worst-case token counts, or an artifact's "
+                       "manifest, buckets, kernels and padding")
+    p.add_argument("spec", metavar="SPEC|ARTIFACT", help="a .flide file or an artifact directory")
     p.set_defaults(run=run_inspect)
 
 
 def run_inspect(args: argparse.Namespace) -> int:
     from flidec.frontend import load_spec
+
+    if Path(args.spec).is_dir():
+        from flidec.runtime.artifact import load_manifest
+
+        print(inspect_artifact(load_manifest(args.spec, allow_incomplete=True)))
+        return 0
 
     try:
         spec, _ = load_spec(args.spec)
@@ -145,6 +152,72 @@ def inspect_tree(tree: Tree) -> str:
     lines.append(f"  (upper bounds: a constant string counts as its UTF-8 bytes, which byte-level BPE never exceeds "
                  f"in tokens; each ask adds {ASK_FRAME_TOKENS} tokens of framing and {OPTION_FRAME_TOKENS} per option)")
     return "\n".join(lines)
+
+
+def inspect_artifact(m: dict) -> str:
+    """An artifact's manifest as text: versions and target, hashes, buckets with padding, kernels."""
+    v = m["versions"]
+    lines = [f"artifact for {m['target']}: flidec {v['flidec']}, torch {v['torch']}, triton {v['triton']}"
+             + ("" if m["complete"] else f"  INCOMPLETE (no kernels for {', '.join(m['missing_kernels'])})"),
+             f"  spec     sha256 {m['spec']['sha256'][:16]}  trees {', '.join(m['spec']['trees'])}",
+             f"  weights  sha256 {m['model']['weights_sha256'][:16]}  at {m['model']['weights']}",
+             f"  tokenizer sha256 {m['model']['tokenizer_sha256'][:16]}",
+             f"  files    {len(m['files'])}",
+             "  buckets:"]
+    for b in m["buckets"]:
+        extra = f"  arena {b['arena_bytes'] / 2**20:.1f} MiB, {b['launches']} launches" if "recording" in b else ""
+        lines.append(f"    {b['tree']}/{b['bucket']}: rows {b['rows']}, segments {b['segments']}, depth {b['depth']}, "
+                     f"reads {b['reads']}, labels {b['labels']}, padding <= {100 * b['padding']:.1f}%{extra}")
+    if m["kernels"]:
+        lines.append("  kernels (registers: not recorded by Triton's metadata):")
+        for key, k in sorted(m["kernels"].items(), key=lambda kv: (kv[1]["name"], kv[0])):
+            lines.append(f"    {k['name']:<24} {k['digest'][:12]}  warps {k['num_warps']}, shared {k['shared']} B")
+    return "\n".join(lines)
+
+
+# ---- compile --------------------------------------------------------------------------------------------
+
+
+def add_compile(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("compile", help="compile a spec and a model into an artifact (no GPU needed)")
+    p.add_argument("spec", metavar="SPEC", help=".flide file")
+    p.add_argument("--model", required=True, help="model directory or hub id")
+    p.add_argument("--target", required=True, choices=["sm_90", "cpu"], help="sm_90 (H100/H200) or cpu (the "
+                   "reference executor)")
+    p.add_argument("-o", "--out", required=True, metavar="OUT", help="the artifact directory (new or empty)")
+    p.add_argument("--tree", help="compile only this tree")
+    p.add_argument("--bundle-weights", action="store_true", help="copy the safetensors into the artifact")
+    p.add_argument("--dump-ir", action="append", default=[], metavar="after=PASS",
+                   help="print the IR after PASS to stderr (repeatable)")
+    p.add_argument("--time-passes", action="store_true", help="print each pass's time to stderr")
+    p.add_argument("--allow-incomplete", action="store_true", help="write an artifact even where a kernel is "
+                   "missing (the runtime refuses to run it; for inspecting work in progress)")
+    p.add_argument("--kernel-cache", metavar="DIR", help="reuse compiled kernels from DIR (and add to it)")
+    p.set_defaults(run=run_compile)
+
+
+def run_compile(args: argparse.Namespace) -> int:
+    from flidec.compile import compile_artifact
+    from flidec.frontend import load_spec
+
+    after = []
+    for d in args.dump_ir:
+        if not d.startswith("after="):
+            raise FlideError(f"--dump-ir {d}: expected after=PASS")
+        after.append(d[len("after="):])
+    try:
+        load_spec(args.spec)
+    except SpecError as e:
+        print(e.render(), file=sys.stderr)
+        return 1
+    report = compile_artifact(args.spec, args.model, args.target, args.out, tree=args.tree,
+                              bundle_weights=args.bundle_weights, allow_incomplete=args.allow_incomplete,
+                              dump_after=after, time_passes=args.time_passes,
+                              kernel_cache=Path(args.kernel_cache) if args.kernel_cache else None)
+    print(f"{report.out}: {report.buckets} buckets, {report.kernels} kernels ({report.compiled} compiled now), "
+          f"{report.bytes / 2**20:.1f} MiB in {report.seconds:.1f} s"
+          + ("" if report.complete else " (INCOMPLETE: the runtime will refuse it)"))
+    return 0
 
 
 # ---- fmt ------------------------------------------------------------------------------------------------
@@ -216,7 +289,8 @@ def run_run(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_check, add_inspect, add_fmt, add_run]
+COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_check, add_inspect, add_fmt, add_run,
+                                                                  add_compile]
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,0 +1,467 @@
+"""Recordings: a bucket's launch sequence, planned once at compile time, replayed with no tracing or tuning.
+
+Consumes the lowered, fused model graph (passes lower_forks .. fuse_pointwise) and a Bucket; produces a
+Recording: the buffers (weights by parameter name; constant tables with their values; the static meta
+buffers, derived kernel tables and activations in one arena at byte offsets, reused once dead), and the
+steps in order, each a kernel (its spec: name, signature, constexprs, warps) with its grid and arguments
+(buffer + element offset + shape/strides for tensors, typed values for scalars). Shapes come from running
+the graph on meta-device tensors (views keep their base and offset: a view is an argument, never a copy).
+A step whose op has no kernel yet is recorded as missing (op name and operands): the recording is then
+incomplete and codegen/artifact.py refuses to write it as complete. Kernels of other files slot in with
+`register_emitter(op, fn)`. `play` runs a recording eagerly on a bound stream (interpreter on the CPU).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.fx
+from flidec.codegen import attention, conv, gdn_tables, gemm, pointwise, tables
+from flidec.codegen.pointwise import KernelCall
+from flidec.ir.program import Bucket
+from flidec.passes import graph
+from flidec.runtime.meta import StreamMeta
+
+ALIGN = 256  # byte alignment of every arena buffer (the kernels assume 16)
+VERSION = 1
+_DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16", torch.int64: "i64",
+                torch.int32: "i32"}
+_DTYPES = {v: k for k, v in _DTYPE_NAMES.items()}
+VIEW_OPS = {"getitem", "reshape", "view", "float", "contiguous"}
+
+
+@dataclass(frozen=True, slots=True)
+class Buffer:
+    """One buffer of the plan. `region`: weight (a parameter, by name), constant (values below), meta (the
+    binder fills it: `fill` names how), or activation. Arena buffers (meta, activation) have a byte offset."""
+
+    name: str
+    region: str
+    dtype: str
+    shape: tuple[int, ...]
+    offset: int = -1
+    fill: str = ""
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * torch.empty((), dtype=_DTYPES[self.dtype]).element_size()
+
+
+@dataclass(frozen=True, slots=True)
+class Arg:
+    """A tensor argument (buffer, element offset, shape, strides) or a scalar (dtype, value)."""
+
+    buffer: str = ""
+    offset: int = 0
+    shape: tuple[int, ...] = ()
+    strides: tuple[int, ...] = ()
+    scalar: str = ""  # Triton type of a scalar argument ("i32", "fp32")
+    value: int | float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class KernelSpec:
+    name: str
+    signature: tuple[tuple[str, str], ...]
+    constexprs: tuple[tuple[str, Any], ...]
+    num_warps: int
+    num_stages: int
+
+    @property
+    def key(self) -> str:
+        """What identifies the compiled kernel across buckets and layers (the AOT cache key)."""
+        return hashlib.sha256(json.dumps(_plain(self), sort_keys=True).encode()).hexdigest()[:32]
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    node: str  # the graph node it computes
+    op: str
+    kernel: str = ""  # KernelSpec key; "" for a missing kernel
+    grid: tuple[int, ...] = ()
+    args: tuple[Arg, ...] = ()  # kernel arguments; for a missing kernel: its operands, then its outputs
+    outputs: int = 0  # for a missing kernel: how many of `args` (the last ones) it writes
+
+
+@dataclass(frozen=True, slots=True)
+class Recording:
+    bucket: Bucket
+    buffers: tuple[Buffer, ...]
+    arena_bytes: int
+    steps: tuple[Step, ...]
+    kernels: tuple[KernelSpec, ...]
+    constants: tuple[tuple[str, tuple[float, ...]], ...]
+    output: str
+
+    @property
+    def missing(self) -> tuple[str, ...]:
+        """The ops that have no kernel yet, once each, in order of first use."""
+        return tuple(dict.fromkeys(s.op for s in self.steps if not s.kernel))
+
+    @property
+    def complete(self) -> bool:
+        return not self.missing
+
+    def to_json(self) -> dict[str, Any]:
+        return {"flidec_recording": VERSION, **_plain(self), "complete": self.complete,
+                "missing": list(self.missing)}
+
+
+def recording_from_json(d: Mapping[str, Any]) -> Recording:
+    if d.get("flidec_recording") != VERSION:
+        raise ValueError(f"recording version {d.get('flidec_recording')!r}, this flidec reads {VERSION}")
+    return Recording(
+        bucket=Bucket(**d["bucket"]),
+        buffers=tuple(Buffer(**{**b, "shape": tuple(b["shape"])}) for b in d["buffers"]),
+        arena_bytes=d["arena_bytes"],
+        steps=tuple(Step(s["node"], s["op"], s["kernel"], tuple(s["grid"]),
+                         tuple(Arg(**{**a, "shape": tuple(a["shape"]), "strides": tuple(a["strides"])})
+                               for a in s["args"]), s["outputs"]) for s in d["steps"]),
+        kernels=tuple(KernelSpec(k["name"], tuple(map(tuple, k["signature"])), tuple(map(tuple, k["constexprs"])),
+                                 k["num_warps"], k["num_stages"]) for k in d["kernels"]),
+        constants=tuple((n, tuple(v)) for n, v in d["constants"]),
+        output=d["output"],
+    )
+
+
+def _plain(obj: Any) -> Any:
+    if hasattr(obj, "__dataclass_fields__"):
+        return {f: _plain(getattr(obj, f)) for f in obj.__dataclass_fields__}
+    if isinstance(obj, (tuple, list)):
+        return [_plain(x) for x in obj]
+    return obj
+
+
+# ---- emitters ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class EmitContext:
+    """What an emitter may ask for besides its operands: derived meta tables (filled by the binder by the
+    named rule) and the bucket."""
+
+    bucket: Bucket
+    derived: dict[str, tuple[tuple[int, ...], torch.dtype, str]] = field(default_factory=dict)
+    tensors: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    def table(self, name: str, shape: tuple[int, ...], dtype: torch.dtype, fill: str) -> torch.Tensor:
+        if name not in self.tensors:
+            self.derived[name] = (shape, dtype, fill)
+            self.tensors[name] = torch.empty(shape, dtype=dtype, device="meta")
+        return self.tensors[name]
+
+
+# op name -> fn(ctx, out, *node args) -> KernelCalls; `out` is the node's (meta) output, or tuple of outputs
+Emitter = Callable[..., list[KernelCall]]
+EMITTERS: dict[str, Emitter] = {}
+JIT_KERNELS: dict[str, Any] = {}  # kernel name -> @triton.jit function, for playing and AOT compiling
+
+
+def register_emitter(op: str, fn: Emitter, kernels: tuple[Any, ...]) -> None:
+    EMITTERS[op] = fn
+    for k in kernels:
+        JIT_KERNELS[k.__name__] = k
+
+
+def _gemm(ctx: EmitContext, out: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> list[KernelCall]:
+    spec = gemm.gemm_spec(x, w, out)
+    t = spec.tiles
+    return [KernelCall(gemm.gemm_kernel, spec.grid(x.shape[0]), (x, w, out, x.shape[0]), spec.signature(),
+                       spec.constexprs(), t.num_warps, t.num_stages)]
+
+
+def _attention(ctx: EmitContext, out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+               gate: torch.Tensor, segments: torch.Tensor) -> list[KernelCall]:
+    b = ctx.bucket
+    o = out.view(q.shape)
+    spec = attention.attention_spec(q, k, v, gate, o, b.depth)
+    bm = spec.tiles.block_m
+    tiles = ctx.table(f"query_tiles_{bm}", (tables.max_query_tiles(b.rows, b.segments, bm), 4), torch.int32,
+                      f"query_tiles(block_m={bm})")
+    levels = ctx.table("path_levels", (b.segments, b.depth, 2), torch.int32, "path_levels")
+    t = spec.tiles
+    sig = spec.signature()
+    return [KernelCall(attention.fork_attention_kernel, spec.grid(tiles.shape[0]),
+                       (q, k, v, gate, o, tiles, levels, spec.head_dim ** -0.5), sig, spec.constexprs(),
+                       t.num_warps, t.num_stages)]
+
+
+def _conv(ctx: EmitContext, out: torch.Tensor, x: torch.Tensor, w: torch.Tensor, conv_prev: torch.Tensor
+          ) -> list[KernelCall]:
+    spec = conv.conv_spec(x, w, out)
+    taps = ctx.table("conv_taps", (ctx.bucket.rows, conv.CONV_TAPS), torch.int32, "conv_taps")
+    t = spec.tiles
+    return [KernelCall(conv.fork_conv_kernel, spec.grid(taps.shape[0]), (x, w, out, taps, taps.shape[0]),
+                       spec.signature(), spec.constexprs(), t.num_warps, t.num_stages)]
+
+
+def _pw(fn: Callable[..., KernelCall]) -> Emitter:
+    return lambda ctx, out, *args, **kwargs: [fn(out, *args, **kwargs)]
+
+
+register_emitter("linear", _gemm, (gemm.gemm_kernel,))
+register_emitter("fork_conv_static", _conv, (conv.fork_conv_kernel,))
+register_emitter("fork_attention_gated", _attention, (attention.fork_attention_kernel,))
+register_emitter("rms_norm", _pw(lambda out, x, w, eps: pointwise.emit_rms_norm(x, w, out, eps)),
+                 (pointwise.rms_norm_kernel,))
+register_emitter("rms_norm_f32", EMITTERS["rms_norm"], ())
+register_emitter("add_rms_norm", _pw(lambda out, x, y, w, eps: pointwise.emit_add_rms_norm(x, y, w, *out, eps)),
+                 (pointwise.add_rms_norm_kernel,))
+register_emitter("gated_rms_norm", _pw(lambda out, x, z, w, eps: pointwise.emit_gated_rms_norm(x, z, w, out, eps)),
+                 (pointwise.gated_rms_norm_kernel,))
+register_emitter("rotary", _pw(lambda out, x, pos, inv: pointwise.emit_rotary(x, pos, inv, out)),
+                 (pointwise.rotary_kernel,))
+register_emitter("add", _pw(lambda out, a, b: pointwise.emit_binary(pointwise.ADD, a, b, out)),
+                 (pointwise.binary_kernel,))
+register_emitter("silu_mul", _pw(lambda out, a, b: pointwise.emit_binary(pointwise.SILU_MUL, a, b, out)), ())
+register_emitter("embedding", _pw(lambda out, idx, w, **_: pointwise.emit_gather_rows(w, idx, out)),
+                 (pointwise.gather_rows_kernel,))
+register_emitter("gather_rows", _pw(lambda out, x, idx: pointwise.emit_gather_rows(x, idx, out)), ())
+register_emitter("gdn_decay", _pw(lambda out, a, a_log, dt: pointwise.emit_gdn_gate(a, out, a_log, dt)),
+                 (pointwise.gdn_gate_kernel,))
+register_emitter("gdn_beta", _pw(lambda out, b: pointwise.emit_gdn_gate(b, out)), ())
+register_emitter("label_head", _pw(lambda out, h, w, lab, n: pointwise.emit_label_head(h, w, lab, n, out)),
+                 (pointwise.label_head_kernel,))
+
+
+# ---- shapes: the graph on meta tensors ----------------------------------------------------------------------
+
+
+def _like(x: torch.Tensor, dtype: torch.dtype | None = None, shape: tuple[int, ...] | None = None) -> torch.Tensor:
+    return torch.empty(x.shape if shape is None else shape, dtype=dtype or x.dtype, device="meta")
+
+
+F32 = torch.float32
+OUTPUTS: dict[str, Callable[..., Any]] = {  # leaf op -> its output(s) on the meta device
+    "linear": lambda x, w: _like(x, shape=(x.shape[0], w.shape[0])),
+    "rms_norm": lambda x, w, eps: _like(x),
+    "rms_norm_f32": lambda x, w, eps: _like(x, F32),
+    "add_rms_norm": lambda x, y, w, eps: (_like(x), _like(x)),
+    "gated_rms_norm": lambda x, z, w, eps: _like(x),
+    "gdn_decay": lambda a, *_: _like(a, F32),
+    "gdn_beta": lambda b: _like(b, F32),
+    "rotary": lambda x, pos, inv: _like(x),
+    "silu_mul": lambda a, b: _like(a),
+    "gather_rows": lambda x, rows: _like(x, shape=(rows.shape[0], *x.shape[1:])),
+    "label_head": lambda h, w, labels, n: _like(h, F32, tuple(labels.shape)),
+    "fork_conv_static": lambda x, w, prev: _like(x),
+    "fork_gdn_static": lambda q, k, v, g, beta, s: _like(v, q.dtype),
+    "fork_attention_gated": lambda q, k, v, gate, s: _like(q, shape=(q.shape[0], q.shape[1] * q.shape[2])),
+}
+
+
+class _MetaRun(torch.fx.Interpreter):
+    """Runs the graph on meta tensors, noting each node's output and where parameters come from."""
+
+    def __init__(self, gm: torch.fx.GraphModule):
+        super().__init__(gm)
+        self.params: dict[int, str] = {}  # id(meta tensor) -> parameter name
+        self.constants: dict[str, torch.Tensor] = {}
+
+    def get_attr(self, target, args, kwargs):
+        real = super().get_attr(target, args, kwargs)
+        t = _like(real)
+        self.params[id(t)] = target
+        if target not in dict(self.module.named_parameters()):
+            self.constants[target] = real.detach().float()  # a computed buffer (inv_freq): a constant table
+        return t
+
+    def call_function(self, target, args, kwargs):
+        name = getattr(target, "__name__", "")
+        if name in OUTPUTS:
+            return OUTPUTS[name](*args, **kwargs)
+        return target(*args, **kwargs)
+
+
+def _is_view(value: Any, source: Any) -> bool:
+    """A table lookup, a tuple element, or a tensor aliasing its source's storage: no launch needed."""
+    if isinstance(source, (dict, tuple)) or value is source:
+        return True
+    return isinstance(value, torch.Tensor) and value._base is not None
+
+
+def record(gm: torch.fx.GraphModule, bucket: Bucket) -> Recording:
+    """Plan the launches of a lowered (and fused) graph for `bucket`."""
+    if not graph.is_lowered(gm):
+        raise ValueError("record needs a lowered graph (run lower_forks first)")
+    inputs = {b.name: torch.empty(b.shape, dtype=b.dtype, device="meta") for b in graph.meta_buffers(bucket)}
+    runner = _MetaRun(gm)
+    env: dict[torch.fx.Node, Any] = {}
+    ctx = EmitContext(bucket)
+    calls: list[tuple[torch.fx.Node, str, list[KernelCall] | None]] = []
+    with torch.no_grad():
+        for node in gm.graph.nodes:
+            if node.op == "placeholder":
+                env[node] = inputs
+                continue
+            if node.op == "output":
+                output = env[node.args[0]]
+                continue
+            args = torch.fx.node.map_arg(node.args, lambda n: env[n])
+            kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: env[n])
+            env[node] = getattr(runner, node.op)(node.target, args, kwargs)
+            name = graph.op_name(node)
+            if node.op == "get_attr" or (name in VIEW_OPS and _is_view(env[node], args[0])):
+                continue
+            emit = EMITTERS.get(name)
+            calls.append((node, name, emit(ctx, env[node], *args, **kwargs) if emit else None))
+    return _plan(gm, bucket, env, runner, ctx, inputs, calls, output)
+
+
+def _plan(gm, bucket, env, runner, ctx, inputs, calls, output) -> Recording:
+    roots: dict[int, str] = {}  # id(root tensor) -> buffer name
+    buffers: dict[str, Buffer] = {}
+
+    def add(name: str, t: torch.Tensor, region: str, fill: str = "") -> None:
+        roots[id(t)] = name
+        buffers[name] = Buffer(name, region, _DTYPE_NAMES[t.dtype], tuple(t.shape), fill=fill)
+
+    for name, t in inputs.items():
+        add(name, t, "meta", name)
+    for name, (shape, dtype, fill) in ctx.derived.items():
+        add(name, ctx.tensors[name], "meta", fill)
+    for node in gm.graph.nodes:
+        value = env.get(node)
+        if node.op == "get_attr":
+            add(node.target, value, "constant" if node.target in runner.constants else "weight")
+        elif isinstance(value, torch.Tensor) and value._base is None and id(value) not in roots:
+            add(node.name, value, "activation")
+        elif isinstance(value, tuple):
+            for i, v in enumerate(value):
+                if isinstance(v, torch.Tensor) and v._base is None and id(v) not in roots:
+                    add(f"{node.name}.{i}", v, "activation")
+
+    def arg(t: Any) -> Arg:
+        if isinstance(t, torch.Tensor):
+            root = t._base if t._base is not None else t
+            return Arg(buffer=roots[id(root)], offset=t.storage_offset(), shape=tuple(t.shape),
+                       strides=tuple(t.stride()))
+        return Arg(scalar="fp32" if isinstance(t, float) else "i32", value=t)
+
+    steps, kernels = [], {}
+    for node, name, kcalls in calls:
+        if kcalls is None:
+            operands = [a for a in torch.fx.node.map_arg(node.args, lambda n: env[n]) if isinstance(a, torch.Tensor)]
+            outs = env[node] if isinstance(env[node], tuple) else (env[node],)
+            steps.append(Step(node.name, name, args=tuple(arg(t) for t in (*operands, *outs)), outputs=len(outs)))
+            continue
+        for c in kcalls:
+            spec = KernelSpec(c.name, tuple(c.signature.items()), tuple(c.constexprs.items()), c.num_warps,
+                              c.num_stages)
+            kernels[spec.key] = spec
+            steps.append(Step(node.name, name, spec.key, tuple(c.grid), tuple(arg(a) for a in c.args)))
+    out_name = roots[id(output)]
+    arena = _allocate(buffers, steps, out_name)
+    constants = tuple((n, tuple(runner.constants[n].flatten().tolist())) for n in sorted(runner.constants))
+    return Recording(bucket, tuple(arena[0]), arena[1], tuple(steps), tuple(kernels[k] for k in sorted(kernels)),
+                     constants, out_name)
+
+
+def _allocate(buffers: dict[str, Buffer], steps: list[Step], output: str) -> tuple[list[Buffer], int]:
+    """First-fit offsets for the arena: meta buffers and the output live throughout, an activation from its
+    first to its last step; same inputs, same plan."""
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}
+    for i, s in enumerate(steps):
+        for a in s.args:
+            if a.buffer:
+                first.setdefault(a.buffer, i)
+                last[a.buffer] = i
+    end = len(steps)
+    live: list[tuple[int, int, int, int]] = []  # (offset, size, first, last)
+    placed: dict[str, Buffer] = {}
+    top = 0
+    for name, b in buffers.items():
+        if b.region in ("weight", "constant"):
+            placed[name] = b
+            continue
+        if b.region == "activation" and name not in first:
+            continue  # never read nor written by a step (a dead value)
+        lo, hi = (0, end) if b.region == "meta" or name == output else (first[name], last[name])
+        size = -(-b.nbytes // ALIGN) * ALIGN
+        offset = 0
+        while clash := [o + sz for o, sz, f, la in live if f <= hi and lo <= la and offset < o + sz and o < offset + size]:
+            offset = max(clash)
+        live.append((offset, size, lo, hi))
+        top = max(top, offset + size)
+        placed[name] = Buffer(b.name, b.region, b.dtype, b.shape, offset, b.fill)
+    return list(placed.values()), top
+
+
+# ---- playing ----------------------------------------------------------------------------------------------
+
+
+def fill_tables(rec: Recording, tokens: torch.Tensor, meta: StreamMeta) -> dict[str, torch.Tensor]:
+    """The meta buffers' contents for one stream, by each buffer's fill rule."""
+    b = rec.bucket
+    out = graph.static_tables(tokens, meta, b)
+    for buf in rec.buffers:
+        if buf.region != "meta" or buf.name in out:
+            continue
+        if buf.fill.startswith("query_tiles(block_m="):
+            block_m = int(buf.fill[len("query_tiles(block_m="):-1])
+            out[buf.name] = tables.query_tiles(meta, block_m, buf.shape[0])
+        elif buf.fill == "conv_taps":
+            out[buf.name] = gdn_tables.conv_taps(meta, b.rows)
+        elif buf.fill == "path_levels":
+            out[buf.name] = tables.path_levels(meta, b.depth, b.segments)
+        else:
+            raise ValueError(f"no fill rule {buf.fill!r} for meta buffer {buf.name}")
+    return out
+
+
+def play(rec: Recording, tokens: torch.Tensor, meta: StreamMeta, weights: Mapping[str, torch.Tensor],
+         stand_ins: Mapping[str, Callable[..., Any]] | None = None) -> torch.Tensor:
+    """Run the recording eagerly on one stream (bucket-padded): returns the output buffer, [reads, labels].
+
+    `stand_ins` maps an op without a kernel to a plain-torch function run on its operand views (tests only:
+    an incomplete recording stays incomplete). The arena starts NaN-poisoned (all bits set)."""
+    device = torch.device("cpu")
+    arena = torch.full((rec.arena_bytes,), 0xFF, dtype=torch.uint8)
+    by_name = {b.name: b for b in rec.buffers}
+    consts = {n: torch.tensor(v, dtype=torch.float32) for n, v in rec.constants}
+
+    def storage(name: str) -> torch.Tensor:
+        b = by_name[name]
+        dtype = _DTYPES[b.dtype]
+        if b.region == "weight":
+            return weights[name].reshape(-1)
+        if b.region == "constant":
+            return consts[name].to(dtype)
+        return arena[b.offset : b.offset + b.nbytes].view(dtype)
+
+    def tensor(a: Arg) -> torch.Tensor:
+        base = storage(a.buffer)  # as_strided's offset counts from the start of the whole storage
+        return torch.as_strided(base, a.shape, a.strides, base.storage_offset() + a.offset)
+
+    for name, value in fill_tables(rec, tokens, meta).items():
+        storage(name).copy_(value.reshape(-1).to(storage(name).dtype))
+    kernels = {k.key: k for k in rec.kernels}
+    for step in rec.steps:
+        if not step.kernel:
+            fn = (stand_ins or {}).get(step.op)
+            if fn is None:
+                raise RuntimeError(f"step {step.node}: {step.op} has no kernel and no stand-in")
+            views = [tensor(a) for a in step.args]
+            split = len(views) - step.outputs
+            result = fn(*views[:split])
+            for view, value in zip(views[split:], result if isinstance(result, tuple) else (result,), strict=True):
+                view.copy_(value)
+            continue
+        spec = kernels[step.kernel]
+        args = [tensor(a) if a.buffer else a.value for a in step.args]
+        pointwise.eager.launch(JIT_KERNELS[spec.name], step.grid, *args, device=device, **dict(spec.constexprs))
+    b = by_name[rec.output]
+    return storage(rec.output).view(b.shape).clone()
+
+
+def write_recording(rec: Recording) -> bytes:
+    """Canonical JSON bytes of a recording (sorted keys, no spaces): deterministic."""
+    return json.dumps(rec.to_json(), sort_keys=True, separators=(",", ":")).encode()
+

@@ -1,0 +1,124 @@
+"""`flidec compile`: spec + model -> artifact, ahead of time, on a machine without a GPU.
+
+Consumes a .flide spec, a model directory and a target; produces the artifact directory (codegen/artifact.py,
+docs/ARTIFACT.md). The pipeline, top to bottom: the tree passes (passes/pipeline.TREE_PIPELINE) give the
+program IR, a bucket ladder per tree; for a GPU target the model is traced (shapes only: no weights are
+loaded), the graph passes (GRAPH_PIPELINE) lower it once, each bucket's launches are recorded, and every
+distinct kernel is compiled for the target with codegen/aot (Triton's compiler, not its cache; TRITON_INTERPRET
+must be unset). A `cpu` artifact holds the tree and program IR and the model reference that the reference
+executor runs. `kernel_cache` (a directory) keeps compiled kernels between compiles, keyed by their spec.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+import torch
+import torch.fx
+
+from flidec.codegen import aot
+from flidec.codegen.artifact import ArtifactInputs, write_artifact
+from flidec.codegen.recording import JIT_KERNELS, KernelSpec, Recording, record
+from flidec.formats import make_format
+from flidec.frontend import load_spec
+from flidec.ir.errors import FlideError
+from flidec.ir.tree import Spec
+from flidec.models.config import TextConfig
+from flidec.models.qwen3_5 import Qwen35
+from flidec.models.tokenizer import load_tokenizer
+from flidec.models.weights import resolve_model
+from flidec.passes import fuse_pointwise, label_head, lower_forks, trim_reads  # noqa: F401 (registers them)
+from flidec.passes.manager import Options, run
+from flidec.passes.pipeline import TREE_PIPELINE, CompileContext
+
+GRAPH_PIPELINE = ("label_head", "lower_forks", "trim_reads", "fuse_pointwise")
+TARGETS = ("sm_90", "cpu")
+GPU_DTYPE = torch.bfloat16
+
+
+@dataclass(frozen=True)
+class CompileReport:
+    out: Path
+    seconds: float
+    kernels: int
+    compiled: int  # kernels compiled now (the rest came from the cache)
+    buckets: int
+    bytes: int
+    complete: bool
+
+
+def compile_artifact(spec_path: str | Path, model: str | Path, target: str, out: str | Path, *,
+                     tree: str | None = None, bundle_weights: bool = False, allow_incomplete: bool = False,
+                     dump_after: Sequence[str] = (), time_passes: bool = False, kernel_cache: Path | None = None,
+                     log: TextIO = sys.stderr) -> CompileReport:
+    start = time.perf_counter()
+    if target not in TARGETS:
+        raise FlideError(f"unknown target {target!r} (supported: {', '.join(TARGETS)})")
+    dump = set(dump_after)
+    unknown = dump - set(TREE_PIPELINE) - set(GRAPH_PIPELINE)
+    if unknown:
+        raise FlideError(f"--dump-ir after={', '.join(sorted(unknown))}: no such pass (the passes: "
+                         f"{', '.join(TREE_PIPELINE + GRAPH_PIPELINE)})")
+    spec, source = load_spec(spec_path)
+    spec = _only(spec, tree)
+    model_dir = resolve_model(str(model))
+    fmt = make_format(spec.format, load_tokenizer(model_dir))
+
+    def options(names: Sequence[str]) -> Options:
+        return Options(dump_after=frozenset(dump & set(names)), time_passes=time_passes, dump_to=log)
+
+    program = run(spec, TREE_PIPELINE, CompileContext(fmt=fmt), level="tree", options=options(TREE_PIPELINE)).ir
+    recordings: dict[tuple[str, str], Recording] = {}
+    kernels: dict[str, aot.CompiledKernel] = {}
+    compiled = 0
+    if target != "cpu":
+        traced = torch.fx.symbolic_trace(Qwen35(TextConfig.from_dir(model_dir), GPU_DTYPE))
+        lowered = run(traced, GRAPH_PIPELINE, options=options(GRAPH_PIPELINE)).ir
+        for t in program.trees:
+            for plan in t.buckets:
+                rec = record(lowered, plan.bucket)
+                if rec.missing and not allow_incomplete:
+                    raise FlideError(f"tree {t.name}, bucket {plan.bucket.name}: no kernel yet for "
+                                     f"{', '.join(rec.missing)} (--allow-incomplete writes an artifact the runtime "
+                                     "refuses to run)")
+                recordings[t.name, plan.bucket.name] = rec
+        specs = {k.key: k for rec in recordings.values() for k in rec.kernels}
+        for key in sorted(specs):
+            kernels[key], fresh = _compile(specs[key], target, kernel_cache)
+            compiled += fresh
+    out = Path(out)
+    write_artifact(ArtifactInputs(spec, source.encode(), program, model_dir, target, recordings, kernels,
+                                  bundle_weights), out)
+    size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
+    return CompileReport(out, time.perf_counter() - start, len(kernels), compiled,
+                         sum(len(t.buckets) for t in program.trees), size,
+                         not any(r.missing for r in recordings.values()))
+
+
+def _only(spec: Spec, tree: str | None) -> Spec:
+    if tree is None:
+        return spec
+    chosen = tuple(t for t in spec.trees if t.name == tree)
+    if not chosen:
+        raise FlideError(f"the spec has no tree `{tree}` (it has {', '.join(t.name for t in spec.trees)})")
+    return dataclasses.replace(spec, trees=chosen)
+
+
+def _compile(spec: KernelSpec, target: str, cache: Path | None) -> tuple[aot.CompiledKernel, bool]:
+    """The compiled kernel of `spec`, from the cache when it holds it (cache entries: `<target>-<key>` ->
+    the record's digest)."""
+    entry = cache / f"{target}-{spec.key}" if cache is not None else None
+    if entry is not None and entry.exists():
+        return aot.read_kernel(cache, entry.read_text().strip()), False
+    kernel = aot.compile_kernel(JIT_KERNELS[spec.name], dict(spec.signature), dict(spec.constexprs), target=target,
+                                num_warps=spec.num_warps, num_stages=spec.num_stages)
+    if entry is not None:
+        digest = aot.write_kernel(kernel, cache)
+        entry.write_text(digest + "\n")
+    return kernel, True

@@ -1,0 +1,114 @@
+"""Pointwise fusion: norms, gates, SiLU products and residual adds merged into single kernels' ops.
+
+Consumes a lowered model graph (lower_forks, so attention is fork_attention_static); produces the graph
+with these rewrites, each applied wherever its pattern matches:
+- `F.silu(a) * b` -> `silu_mul(a, b)` (the SwiGLU product);
+- `reshape(fork_attention_static(q, k, v, s)) * sigmoid(reshape(gate))` -> `fork_attention_gated(q, k, v,
+  gate, s)`: the output gate applied inside the attention kernel, reading the gate through its view of the
+  q projection (no copy of the gate);
+- `rms_norm(x + y)` where the sum also feeds the residual stream -> `add_rms_norm(x, y)` -> (sum, normed);
+- `rms_norm(x.float())` -> `rms_norm_f32(x)` (the final norm reads bf16 and computes in fp32).
+Numerics: each fused op's reference body is the unfused composition, so the graph's answers on the
+reference executor are torch.equal. Their kernels (codegen/pointwise.py, the attention gate) round once
+where the unfused ops rounded between steps, which moves bf16 results within TOLERANCE (fp32 too, by
+reassociation of the sigmoid), never more.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import torch
+import torch.fx
+from flidec.ir.errors import FlideError
+from flidec.passes.graph import (
+    add_rms_norm,
+    copy_module,
+    finish,
+    fork_attention_gated,
+    is_lowered,
+    op_name,
+    rms_norm_f32,
+    silu_mul,
+)
+from flidec.passes.manager import register
+
+
+def _single_use(n: object, name: str) -> bool:
+    return isinstance(n, torch.fx.Node) and op_name(n) == name and len(n.users) == 1
+
+
+def _fuse_silu_mul(g: torch.fx.Graph, n: torch.fx.Node) -> bool:
+    if op_name(n) != "mul":
+        return False
+    a, b = n.args
+    if not _single_use(a, "silu") or a.kwargs.get("inplace"):
+        return False
+    with g.inserting_before(n):
+        n.replace_all_uses_with(g.call_function(silu_mul, (a.args[0], b)))
+    g.erase_node(n)
+    g.erase_node(a)
+    return True
+
+
+def _fuse_gate(g: torch.fx.Graph, n: torch.fx.Node) -> bool:
+    if op_name(n) != "mul":
+        return False
+    o, s = n.args
+    if not (_single_use(o, "reshape") and _single_use(s, "sigmoid") and _single_use(s.args[0], "reshape")
+            and _single_use(o.args[0], "fork_attention_static")):
+        return False
+    q, k, v, segments = o.args[0].args
+    gate = s.args[0].args[0]
+    with g.inserting_before(n):
+        n.replace_all_uses_with(g.call_function(fork_attention_gated, (q, k, v, gate, segments)))
+    for dead in (n, o, o.args[0], s, s.args[0]):
+        g.erase_node(dead)
+    return True
+
+
+def _fuse_add_norm(g: torch.fx.Graph, n: torch.fx.Node) -> bool:
+    if op_name(n) != "rms_norm" or op_name(n.args[0]) != "add" or len(n.args[0].users) < 2:
+        return False
+    total = n.args[0]
+    x, y = total.args
+    if not (isinstance(x, torch.fx.Node) and isinstance(y, torch.fx.Node)):
+        return False
+    order = {node: i for i, node in enumerate(g.nodes)}
+    if any(order[u] < order[n] for u in total.users):  # the fused op sits at the norm: no user before it
+        return False
+    with g.inserting_before(n):
+        both = g.call_function(add_rms_norm, (x, y, *n.args[1:]))
+        new_total = g.call_function(operator.getitem, (both, 0))
+        normed = g.call_function(operator.getitem, (both, 1))
+    n.replace_all_uses_with(normed)
+    g.erase_node(n)
+    total.replace_all_uses_with(new_total)
+    g.erase_node(total)
+    return True
+
+
+def _fuse_norm_f32(g: torch.fx.Graph, n: torch.fx.Node) -> bool:
+    if op_name(n) != "rms_norm" or not _single_use(n.args[0], "float"):
+        return False
+    cast = n.args[0]
+    with g.inserting_before(n):
+        n.replace_all_uses_with(g.call_function(rms_norm_f32, (cast.args[0], *n.args[1:])))
+    g.erase_node(n)
+    g.erase_node(cast)
+    return True
+
+
+RULES = (_fuse_silu_mul, _fuse_gate, _fuse_norm_f32, _fuse_add_norm)
+
+
+@register("fuse_pointwise", level_in="fx", level_out="fx")
+def fuse_pointwise(gm: torch.fx.GraphModule, ctx: object = None) -> torch.fx.GraphModule:
+    if not is_lowered(gm):
+        raise FlideError("fuse_pointwise needs a lowered graph (run lower_forks first)")
+    gm = copy_module(gm)
+    for rule in RULES:  # one rule at a time, in graph order: the result does not depend on dict orders
+        for n in list(gm.graph.nodes):
+            if n in set(gm.graph.nodes) and n.op != "output":  # an earlier match may have erased it
+                rule(gm.graph, n)
+    return finish(gm)

@@ -1,0 +1,251 @@
+"""The model-graph IR level ("fx"): torch.fx GraphModules of flidec.models.qwen3_5, and the ops passes put in.
+
+Consumes a GraphModule traced from Qwen35 (`forward(tokens, meta)`); the graph passes (lower_forks,
+label_head, trim_reads, fuse_pointwise) rewrite it with the ops below, each a torch.fx leaf function whose
+body is its plain-torch reference, composed from runtime/reference/ops.py, so the reference executor runs
+every stage of the pipeline. After lower_forks the graph reads no StreamMeta object: it takes
+`forward(tokens, tables)`, `tables` mapping the static meta buffer names (META_BUFFERS) to tensors sized by
+the bucket (`static_tables` fills them from a stream's meta). Registers the level with the pass manager:
+its verifier is Graph.lint plus "nothing reads the meta object after lowering"; its printer is `render`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from types import SimpleNamespace
+
+import torch
+import torch.fx
+import torch.nn.functional as F
+from flidec.ir.program import Bucket
+from flidec.passes.manager import LEVELS, register_level
+from flidec.runtime.meta import CONV_TAPS, Segment, StreamMeta, build_meta
+from flidec.runtime.reference import ops
+
+SEGMENT_FIELDS = ("start", "length", "pos0", "parent", "level")  # columns of the `segments` table
+PADDING_LEVEL = -1  # `level` of a padding row of the segments table: no segment
+
+
+@dataclass(frozen=True, slots=True)
+class MetaBuffer:
+    name: str
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+
+
+def meta_buffers(bucket: Bucket) -> tuple[MetaBuffer, ...]:
+    """The static meta buffers of a bucket: what the binder writes before each replay (int64, fixed sizes)."""
+    i64 = torch.int64
+    return (
+        MetaBuffer("tokens", (bucket.rows,), i64),
+        MetaBuffer("positions", (bucket.rows,), i64),
+        MetaBuffer("conv_prev", (bucket.rows, CONV_TAPS - 1), i64),
+        MetaBuffer("segments", (bucket.segments, len(SEGMENT_FIELDS)), i64),
+        MetaBuffer("read_rows", (bucket.reads,), i64),
+        MetaBuffer("read_labels", (bucket.reads, bucket.labels), i64),
+        MetaBuffer("read_nlabels", (bucket.reads,), i64),
+    )
+
+
+META_BUFFERS = tuple(b.name for b in meta_buffers(Bucket("", 1, 1, 1, 1, 1)))
+
+
+def static_tables(tokens: torch.Tensor, meta: StreamMeta, bucket: Bucket) -> dict[str, torch.Tensor]:
+    """A stream's meta laid out in the bucket's static buffers; padding is inert (rows: token 0, position 0,
+    no conv predecessors; segments: level PADDING_LEVEL; reads: no labels)."""
+    rows, segs, reads = meta.num_rows, len(meta.segments), len(meta.reads)
+    lmax = meta.read_labels.shape[1]
+    if not bucket.fits(rows, segs, 1, reads, lmax if reads else 0):
+        raise ValueError(f"a stream of {rows} rows, {segs} segments, {reads} reads of <= {lmax} labels does not "
+                         f"fit bucket {bucket.name}")
+    t = {b.name: torch.zeros(b.shape, dtype=b.dtype) for b in meta_buffers(bucket)}
+    t["tokens"][:rows] = tokens
+    t["positions"][:rows] = meta.positions
+    t["conv_prev"].fill_(-1)
+    t["conv_prev"][:rows] = meta.conv_prev
+    t["segments"][:, SEGMENT_FIELDS.index("parent")] = -1
+    t["segments"][:, SEGMENT_FIELDS.index("level")] = PADDING_LEVEL
+    for i, s in enumerate(meta.segments):
+        t["segments"][i] = torch.tensor([getattr(s, f) for f in SEGMENT_FIELDS])
+    t["read_rows"][:reads] = meta.read_rows
+    t["read_labels"][:reads, :lmax] = meta.read_labels
+    t["read_nlabels"][:reads] = meta.read_nlabels
+    return t
+
+
+# ---- the ops passes insert (leaf calls; bodies are the reference) -------------------------------------------
+
+
+def segments_meta(segments: torch.Tensor, rows: int) -> StreamMeta:
+    """The StreamMeta a segments table stands for (padding rows dropped), as the fork ops' oracle sees it."""
+    return _segments_meta(tuple(map(tuple, segments.tolist())), rows)
+
+
+@lru_cache(maxsize=8)  # one stream runs every layer's fork ops on the same table
+def _segments_meta(table: tuple[tuple[int, ...], ...], rows: int) -> StreamMeta:
+    segs = tuple(Segment(*row) for row in table if row[4] != PADDING_LEVEL)
+    return build_meta(segs, (), rows)
+
+
+def fork_conv_static(x: torch.Tensor, weight: torch.Tensor, conv_prev: torch.Tensor) -> torch.Tensor:
+    """ops.fork_conv reading its predecessor table from a static buffer (the only meta it reads)."""
+    return ops.fork_conv(x, weight, SimpleNamespace(conv_prev=conv_prev))
+
+
+def fork_attention_static(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, segments: torch.Tensor) -> torch.Tensor:
+    return ops.fork_attention(q, k, v, segments_meta(segments, q.shape[0]))
+
+
+def fork_attention_gated(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gate: torch.Tensor,
+                         segments: torch.Tensor) -> torch.Tensor:
+    """Fork attention with Qwen3.5's output gate: [T, Hq * D] = attention * sigmoid(gate), gate [T, Hq, D]."""
+    o = fork_attention_static(q, k, v, segments)
+    return o.reshape(o.shape[0], -1) * torch.sigmoid(gate.reshape(o.shape[0], -1))
+
+
+def fork_gdn_static(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
+                    segments: torch.Tensor) -> torch.Tensor:
+    return ops.fork_gdn(q, k, v, g, beta, segments_meta(segments, q.shape[0]))
+
+
+def gather_rows(x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """x[rows]: a copy, exact."""
+    return x[rows]
+
+
+def label_head(hidden: torch.Tensor, weight: torch.Tensor, read_labels: torch.Tensor,
+               read_nlabels: torch.Tensor) -> torch.Tensor:
+    """fp32 logits of each read's labels from its own hidden row (hidden [R, H], row r = read r) [R, L]."""
+    rows = torch.arange(hidden.shape[0], device=hidden.device)
+    return ops.label_logits(hidden, weight, SimpleNamespace(read_rows=rows, read_labels=read_labels,
+                                                            read_nlabels=read_nlabels))
+
+
+def silu_mul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return F.silu(a) * b
+
+
+def add_rms_norm(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor, eps: float
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The residual add and the norm of its sum: (x + y, rms_norm(x + y))."""
+    s = x + y
+    return s, ops.rms_norm(s, weight, eps)
+
+
+def rms_norm_f32(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """rms_norm of x cast to fp32 (the final norm: E4)."""
+    return ops.rms_norm(x.float(), weight, eps)
+
+
+GRAPH_OPS: tuple[Callable, ...] = (
+    fork_conv_static, fork_attention_static, fork_attention_gated, fork_gdn_static, gather_rows, label_head,
+    silu_mul, add_rms_norm, rms_norm_f32,
+)
+for _fn in GRAPH_OPS:
+    torch.fx.wrap(_fn.__name__)
+
+
+# ---- helpers for passes ----------------------------------------------------------------------------------
+
+
+def op_name(node: torch.fx.Node) -> str:
+    """`call_function` target name, `call_method` method name, or '' for other nodes."""
+    if node.op == "call_function":
+        return getattr(node.target, "__name__", str(node.target))
+    return str(node.target) if node.op == "call_method" else ""
+
+
+def copy_module(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A new GraphModule sharing gm's parameters but not its graph (passes never mutate their input)."""
+    graph = torch.fx.Graph()
+    out = graph.graph_copy(gm.graph, {})
+    graph.output(out)
+    return torch.fx.GraphModule(gm, graph, gm.__class__.__name__)
+
+
+def finish(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    gm.graph.eliminate_dead_code()
+    gm.graph.lint()
+    gm.recompile()
+    return gm
+
+
+def placeholder(gm: torch.fx.GraphModule, name: str) -> torch.fx.Node | None:
+    return next((n for n in gm.graph.nodes if n.op == "placeholder" and n.target == name), None)
+
+
+def is_lowered(gm: torch.fx.GraphModule) -> bool:
+    return placeholder(gm, "tables") is not None
+
+
+def run_graph(gm: torch.fx.GraphModule, tokens: torch.Tensor, meta: StreamMeta, bucket: Bucket,
+              overrides: Mapping[str, Callable] | None = None) -> torch.Tensor:
+    """Run any stage of the pipeline on a stream with the reference executor: the traced graph on
+    (tokens, meta), a lowered one on the bucket's static tables (its result is bucket-sized)."""
+    from flidec.runtime.reference.executor import ReferenceExecutor
+
+    executor = ReferenceExecutor(gm, overrides)
+    with torch.inference_mode():
+        if is_lowered(gm):
+            tables = static_tables(tokens, meta, bucket)
+            return executor.run(tables)
+        return executor.run(tokens, meta)
+
+
+# ---- the level --------------------------------------------------------------------------------------------
+
+
+def render(gm: torch.fx.GraphModule) -> str:
+    """One line per node, `%name = op(args)`, parameters by their dotted names: the `--dump-ir` text."""
+    lines = []
+    for n in gm.graph.nodes:
+        args = ", ".join([_arg(a) for a in n.args] + [f"{k}={_arg(v)}" for k, v in n.kwargs.items()])
+        if n.op == "placeholder":
+            lines.append(f"%{n.name} = input {n.target}")
+        elif n.op == "get_attr":
+            lines.append(f"%{n.name} = param {n.target}")
+        elif n.op == "output":
+            lines.append(f"return {args}")
+        elif n.op == "call_method":
+            lines.append(f"%{n.name} = .{n.target}({args})")
+        else:
+            lines.append(f"%{n.name} = {op_name(n)}({args})")
+    return "\n".join(lines) + "\n"
+
+
+def _arg(a: object) -> str:
+    if isinstance(a, torch.fx.Node):
+        return f"%{a.name}"
+    if isinstance(a, tuple):
+        return "(" + ", ".join(_arg(x) for x in a) + ("," if len(a) == 1 else "") + ")"
+    if isinstance(a, list):
+        return "[" + ", ".join(_arg(x) for x in a) + "]"
+    if isinstance(a, slice):
+        parts = ["" if v is None else str(v) for v in (a.start, a.stop)]
+        return ":".join(parts) + (f":{a.step}" if a.step is not None else "")
+    if a is Ellipsis:
+        return "..."
+    return repr(a)
+
+
+def verify(gm: torch.fx.GraphModule) -> list[str]:
+    try:
+        gm.graph.lint()
+    except (RuntimeError, AssertionError) as e:  # lint names the node in its message
+        return [f"graph lint: {e}"]
+    problems = []
+    meta = placeholder(gm, "meta")
+    if meta is not None and is_lowered(gm):
+        problems.append("the graph takes both `meta` and `tables`")
+    if is_lowered(gm):
+        for n in gm.graph.nodes:
+            if op_name(n) in ("fork_conv", "fork_attention", "fork_gdn", "label_logits"):
+                problems.append(f"%{n.name}: {op_name(n)} reads a StreamMeta in a lowered graph")
+    return problems
+
+
+if "fx" not in LEVELS:
+    register_level("fx", verify=verify, render=render)
+

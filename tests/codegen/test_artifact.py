@@ -1,0 +1,188 @@
+"""`flidec compile` and the artifact: every example compiles for cpu and, with the tiny model, for sm_90
+(kernels compiled once per session through a kernel cache, in a subprocess without TRITON_INTERPRET); the
+same inputs give byte-identical artifacts; a cpu artifact answers through the reference executor; a
+corrupted, mismatched or incomplete artifact is refused with a one-line reason; `flidec inspect` shows it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.fx
+from flidec.ir.errors import ArtifactError
+from flidec.ir.serde import spec_from_json
+from flidec.runtime.artifact import load_manifest, weights_dir
+from flidec.runtime.binder import bind
+from flidec.runtime.reference.executor import ReferenceExecutor
+
+from flidec.cli import main
+from flidec.compile import compile_artifact
+from flidec.formats import make_format
+from flidec.models.qwen3_5 import Qwen35
+from flidec.models.tokenizer import load_tokenizer
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+NAMES = sorted(p.stem for p in EXAMPLES.glob("*.flide"))
+
+GPU_BUILD = """
+import json, sys
+from pathlib import Path
+from flidec.compile import compile_artifact
+examples, model, work = (Path(a) for a in sys.argv[1:4])
+names = sys.argv[4:]
+report = {}
+for name in names + [names[0] + "-again"]:
+    r = compile_artifact(examples / (name.split("-")[0] + ".flide"), model, "sm_90", work / name,
+                         allow_incomplete=True, kernel_cache=work / "kernel-cache")
+    report[name] = {"seconds": r.seconds, "kernels": r.kernels, "compiled": r.compiled, "bytes": r.bytes,
+                    "complete": r.complete}
+print(json.dumps(report))
+"""
+
+
+def tree_files(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="session")
+def gpu_artifacts(tmp_path_factory, tiny_checkpoint) -> tuple[Path, dict]:
+    work = tmp_path_factory.mktemp("sm90")
+    script = work / "build.py"
+    script.write_text(GPU_BUILD)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(work / "triton-cache")
+    run = subprocess.run([sys.executable, str(script), str(EXAMPLES), str(tiny_checkpoint), str(work), *NAMES],
+                         env=env, capture_output=True, text=True, timeout=900, check=False)
+    assert run.returncode == 0, run.stderr[-3000:]
+    report = json.loads(run.stdout.strip().splitlines()[-1])
+    for name in NAMES:
+        r = report[name]
+        print(f"sm_90 {name}: {r['seconds']:.1f} s, {r['kernels']} kernels ({r['compiled']} compiled), "
+              f"{r['bytes'] / 2**20:.1f} MiB")
+    return work, report
+
+
+@pytest.fixture(scope="session")
+def cpu_artifacts(tmp_path_factory, tiny_checkpoint) -> Path:
+    work = tmp_path_factory.mktemp("cpu")
+    for name in NAMES:
+        compile_artifact(EXAMPLES / f"{name}.flide", tiny_checkpoint, "cpu", work / name)
+    return work
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_example_compiles_for_cpu(cpu_artifacts, name) -> None:
+    m = load_manifest(cpu_artifacts / name, target="cpu")
+    assert m["complete"] and m["target"] == "cpu" and m["buckets"] and not m["kernels"]
+    assert {"tree.json", "program.txt", "tokenizer/tokenizer.json", "model/config.json"} <= set(m["files"])
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_example_compiles_for_sm90(gpu_artifacts, name) -> None:
+    work, report = gpu_artifacts
+    m = load_manifest(work / name, target="sm_90", allow_incomplete=True)
+    assert m["missing_kernels"] == ["fork_gdn_static"] and not report[name]["complete"]
+    names = {k["name"] for k in m["kernels"].values()}
+    assert {"gemm_kernel", "fork_attention_kernel", "fork_conv_kernel", "label_head_kernel"} <= names
+    for b in m["buckets"]:
+        rec = json.loads((work / name / b["recording"]).read_bytes())
+        assert rec["bucket"]["rows"] == b["rows"] and rec["missing"] == ["fork_gdn_static"]
+        used = {s["kernel"] for s in rec["steps"] if s["kernel"]}
+        assert used <= set(m["kernels"])
+        for key in used:
+            assert (work / name / "kernels" / f"{m['kernels'][key]['digest']}.cubin").exists()
+
+
+def test_compiling_twice_gives_identical_bytes(gpu_artifacts, cpu_artifacts, tiny_checkpoint, tmp_path) -> None:
+    work, _ = gpu_artifacts
+    assert tree_files(work / NAMES[0]) == tree_files(work / f"{NAMES[0]}-again")
+    compile_artifact(EXAMPLES / f"{NAMES[0]}.flide", tiny_checkpoint, "cpu", tmp_path / "again")
+    assert tree_files(cpu_artifacts / NAMES[0]) == tree_files(tmp_path / "again")
+
+
+def test_incomplete_artifact_is_refused(gpu_artifacts) -> None:
+    work, _ = gpu_artifacts
+    with pytest.raises(ArtifactError, match=r"incomplete artifact \(no kernels for fork_gdn_static\)$"):
+        load_manifest(work / NAMES[0], target="sm_90")
+
+
+def test_sm90_without_allow_incomplete_is_an_error(tiny_checkpoint, tmp_path, capsys) -> None:
+    # fails in the recording, before any kernel is compiled: safe in this interpreting process
+    assert main(["compile", str(EXAMPLES / "classifier.flide"), "--model", str(tiny_checkpoint), "--target",
+                 "sm_90", "-o", str(tmp_path / "out")]) == 1
+    assert capsys.readouterr().err == ("flidec: error: tree ticket, bucket r256: no kernel yet for fork_gdn_static "
+                                       "(--allow-incomplete writes an artifact the runtime refuses to run)\n")
+
+
+@pytest.fixture
+def copy(cpu_artifacts, tmp_path) -> Path:
+    dst = tmp_path / "artifact"
+    shutil.copytree(cpu_artifacts / "classifier", dst)
+    return dst
+
+
+def test_corrupted_file_is_refused(copy) -> None:
+    program = copy / "program.txt"
+    program.write_text(program.read_text() + " ")
+    with pytest.raises(ArtifactError) as e:
+        load_manifest(copy)
+    assert str(e.value) == f"{copy}: program.txt does not match its sha256 in the manifest (corrupted artifact)"
+    (copy / "tree.json").unlink()
+    with pytest.raises(ArtifactError, match=r": program.txt does not match|: tree.json is missing"):
+        load_manifest(copy)
+
+
+def test_wrong_target_and_version_are_refused(copy) -> None:
+    with pytest.raises(ArtifactError, match=r"built for target cpu, not sm_90$"):
+        load_manifest(copy, target="sm_90")
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["versions"]["flidec"] = "0.0.1"
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ArtifactError, match=r"built by flidec 0.0.1, this runtime is flidec 0.1.0; recompile it$"):
+        load_manifest(copy)
+    (copy / "manifest.json").write_text("{not json")
+    with pytest.raises(ArtifactError, match="unreadable manifest"):
+        load_manifest(copy)
+    with pytest.raises(ArtifactError, match="not an artifact"):
+        load_manifest(copy / "tokenizer")
+
+
+def test_cpu_artifact_answers_with_the_reference_executor(tiny_checkpoint, tmp_path) -> None:
+    out = tmp_path / "bundled"
+    compile_artifact(EXAMPLES / "classifier.flide", tiny_checkpoint, "cpu", out, bundle_weights=True)
+    m = load_manifest(out, target="cpu")
+    assert weights_dir(out, m) == out / "weights"
+    spec = spec_from_json(json.loads((out / "tree.json").read_text()))
+    fmt = make_format(spec.format, load_tokenizer(out / "tokenizer"))
+    model = Qwen35.from_pretrained(weights_dir(out, m), torch.bfloat16)
+    direct = Qwen35.from_pretrained(tiny_checkpoint, torch.bfloat16)
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), direct.state_dict().values()))
+    instance = {"ticket": "Charged twice.", "checks": {"a": {"instructions": "Urgent?"}}}
+    bound = bind(spec.trees[0], [instance], fmt)
+    logits = ReferenceExecutor(torch.fx.symbolic_trace(model)).run_stream(bound.stream)
+    assert torch.isfinite(logits[:, 0]).all() and logits.shape[0] == len(bound.sites) == 5
+
+
+def test_inspect_shows_manifest_buckets_and_kernels(gpu_artifacts, capsys) -> None:
+    work, _ = gpu_artifacts
+    assert main(["inspect", str(work / "classifier")]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("artifact for sm_90: flidec 0.1.0, torch ")
+    assert "INCOMPLETE (no kernels for fork_gdn_static)" in text
+    assert "ticket/r256: rows 256, segments 15, depth 4, reads 12, labels 5, padding <= 18.4%" in text
+    assert "fork_attention_kernel" in text and "shared" in text
+
+
+def test_output_directory_must_be_empty_and_dump_ir_names_a_pass(cpu_artifacts, tiny_checkpoint, capsys) -> None:
+    assert main(["compile", str(EXAMPLES / "classifier.flide"), "--model", str(tiny_checkpoint), "--target", "cpu",
+                 "-o", str(cpu_artifacts / "classifier")]) == 1
+    assert capsys.readouterr().err.endswith("classifier: the output directory is not empty\n")
+    assert main(["compile", str(EXAMPLES / "classifier.flide"), "--model", str(tiny_checkpoint), "--target", "cpu",
+                 "-o", str(cpu_artifacts / "x"), "--dump-ir", "after=nope"]) == 1
+    assert "--dump-ir after=nope: no such pass" in capsys.readouterr().err

@@ -1,0 +1,138 @@
+"""The fused row-wise kernels against their plain-torch references (TOLERANCE per dtype, NaN-poisoned
+outputs, strided head views), and row invariance: a row's bits do not depend on where it sits or how many
+rows are launched (torch.equal)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from flidec.codegen import pointwise as pw
+from flidec.passes import graph
+from flidec.runtime.reference import ops
+from flidec.runtime.reference.tolerance import TOLERANCE
+
+DTYPES = [torch.float32, torch.bfloat16]
+
+
+def rand(*shape: int, dtype: torch.dtype, seed: int = 0, scale: float = 1.0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(*shape, generator=g) * scale).to(dtype)
+
+
+def nan_like(t: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    return torch.full(t.shape, float("nan"), dtype=dtype or t.dtype)
+
+
+def close(got: torch.Tensor, want: torch.Tensor) -> None:
+    atol, rtol = TOLERANCE[want.dtype]
+    torch.testing.assert_close(got, want, atol=atol, rtol=rtol)
+
+
+def run(call: pw.KernelCall) -> None:
+    pw.launch(call, torch.device("cpu"))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rms_norm_on_head_views_matches_reference(dtype) -> None:
+    qg = rand(21, 4, 64, dtype=dtype)  # per head: query, then gate, as in Qwen3.5's q_proj
+    q = qg[..., :32]
+    w = rand(32, dtype=dtype, seed=1, scale=0.1)
+    out = nan_like(q)
+    run(pw.emit_rms_norm(q, w, out, 1e-6))
+    close(out, ops.rms_norm(q, w, 1e-6))
+    final = nan_like(qg[:, 0], torch.float32)  # the final norm: bf16 in, fp32 out
+    run(pw.emit_rms_norm(qg[:, 0], rand(64, dtype=dtype), final, 1e-6))
+    close(final, graph.rms_norm_f32(qg[:, 0], rand(64, dtype=dtype), 1e-6))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_add_rms_norm_matches_reference(dtype) -> None:
+    x, y, w = rand(19, 48, dtype=dtype), rand(19, 48, dtype=dtype, seed=1), rand(48, dtype=dtype, seed=2)
+    total, out = nan_like(x), nan_like(x)
+    run(pw.emit_add_rms_norm(x, y, w, total, out, 1e-6))
+    want_total, want = graph.add_rms_norm(x, y, w, 1e-6)
+    assert torch.equal(total, want_total)  # one correctly rounded add either way
+    close(out, want)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gated_rms_norm_matches_reference(dtype) -> None:
+    x, z = rand(17, 4, 16, dtype=dtype), rand(17, 4, 16, dtype=dtype, seed=1)
+    w = rand(16, dtype=dtype, seed=2)
+    out = nan_like(x)
+    run(pw.emit_gated_rms_norm(x, z, w, out, 1e-6))
+    close(out, ops.gated_rms_norm(x, z, w, 1e-6))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rotary_matches_reference(dtype) -> None:
+    x = rand(23, 2, 32, dtype=dtype)
+    positions = torch.arange(100, 123)
+    inv_freq = 1.0 / (10000.0 ** (torch.arange(0, 8, 2, dtype=torch.float32) / 8))  # partial: 8 of 32 dims
+    out = nan_like(x)
+    run(pw.emit_rotary(x, positions, inv_freq, out))
+    close(out, ops.rotary(x, positions, inv_freq))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("op", ["add", "silu_mul", "sigmoid_gate"])
+def test_binary_ops_match_reference(dtype, op) -> None:
+    a, b = rand(18, 96, dtype=dtype), rand(18, 96, dtype=dtype, seed=1)
+    out = nan_like(a)
+    code = {"add": pw.ADD, "silu_mul": pw.SILU_MUL, "sigmoid_gate": pw.SIGMOID_GATE}[op]
+    run(pw.emit_binary(code, a, b, out))
+    want = {"add": lambda: a + b, "silu_mul": lambda: graph.silu_mul(a, b),
+            "sigmoid_gate": lambda: a * torch.sigmoid(b)}[op]()
+    close(out, want)
+    if op == "add":
+        assert torch.equal(out, want)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gather_rows_and_embedding_are_exact(dtype) -> None:
+    table = rand(50, 24, dtype=dtype)
+    index = torch.tensor([7, 0, 49, 7, 3])
+    out = nan_like(table[:5])
+    run(pw.emit_gather_rows(table, index, out))
+    assert torch.equal(out, F.embedding(index, table))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gdn_gates_match_reference(dtype) -> None:
+    a, b = rand(20, 4, dtype=dtype, scale=8.0), rand(20, 4, dtype=dtype, seed=1)  # softplus on both sides of 20
+    a_log, dt_bias = rand(4, dtype=dtype, seed=2), rand(4, dtype=dtype, seed=3)
+    g, beta = nan_like(a, torch.float32), nan_like(b, torch.float32)
+    run(pw.emit_gdn_gate(a, g, a_log, dt_bias))
+    run(pw.emit_gdn_gate(b, beta))
+    close(g, ops.gdn_decay(a, a_log, dt_bias))
+    close(beta, ops.gdn_beta(b))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_label_head_matches_reference(dtype) -> None:
+    hidden = rand(3, 300, dtype=torch.float32)  # H not a multiple of the H block
+    weight = rand(1000, 300, dtype=dtype, seed=1)
+    labels = torch.tensor([[5, 6, 7, 0] + [0] * 16, [9] * 20, [11, 12, 0, 0] + [0] * 16])
+    nlabels = torch.tensor([3, 20, 2])
+    out = torch.full((3, 20), float("nan"))
+    run(pw.emit_label_head(hidden, weight, labels, nlabels, out))
+    want = graph.label_head(hidden, weight, labels, nlabels)
+    close(out, want)
+    assert torch.equal(torch.isinf(out), torch.isinf(want))
+
+
+def test_rows_are_invariant_to_their_place_and_count() -> None:
+    x = rand(40, 3, 48, dtype=torch.bfloat16)
+    w = rand(48, dtype=torch.bfloat16, seed=1)
+    full, part = nan_like(x), nan_like(x[29:31])
+    run(pw.emit_rms_norm(x, w, full, 1e-6))
+    run(pw.emit_rms_norm(x[29:31].clone(), w, part, 1e-6))
+    assert torch.equal(full[29:31], part)
+
+
+def test_operands_that_do_not_share_rows_are_refused() -> None:
+    with pytest.raises(ValueError, match="do not share rows"):
+        pw.emit_rms_norm(torch.zeros(4, 8), torch.zeros(8), torch.zeros(5, 8), 1e-6)
+    with pytest.raises(ValueError, match="contiguous last dim"):
+        pw.emit_rms_norm(torch.zeros(8, 4).T, torch.zeros(8), torch.zeros(4, 8), 1e-6)
