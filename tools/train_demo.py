@@ -1,0 +1,159 @@
+"""Train flidec's embedded demo model in one command: data, tokenizer, training, held-out eval, model dir.
+
+    python tools/train_demo.py --out /tmp/demo --device cuda --time-budget-s 480
+
+Steps: train a byte-level BPE on synthetic requests (demo_data) and write it with its chat template into
+--out; encode the training set through flidec's next_token format in worker processes; train a Qwen3.5
+(Qwen3_5ForCausalLM, transformers' torch Gated DeltaNet path) until --time-budget-s seconds after the
+script started (or --max-steps); round the weights to bf16, save the HF directory (config.json,
+model.safetensors, generation_config.json, tokenizer files), evaluate on a held-out set, then write
+eval.json and MODEL_CARD.md there and print a summary. The budget covers everything up to the end of
+training; evaluation and saving come after it (a few seconds on an H200).
+Run from anywhere; flidec need not be installed (the repo's package mapping is set up by hand then).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.util
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+START = time.monotonic()
+TOOLS = Path(__file__).resolve().parent
+REPO = TOOLS.parent
+sys.path.insert(0, str(TOOLS))
+
+
+def ensure_flidec() -> None:
+    """Make `flidec` and its mapped subpackages importable from the checkout when it is not installed."""
+    try:
+        import flidec.formats.next_token  # noqa: F401
+        return
+    except ImportError:
+        for name in [m for m in sys.modules if m == "flidec" or m.startswith("flidec.")]:
+            del sys.modules[name]
+    # pyproject.toml's package-dir: flidec.ir lives in ir/, and so on
+    for name, folder in (("flidec", "flidec"), ("flidec.ir", "ir"), ("flidec.passes", "passes"),
+                         ("flidec.codegen", "codegen"), ("flidec.runtime", "runtime")):
+        spec = importlib.util.spec_from_file_location(name, REPO / folder / "__init__.py",
+                                                      submodule_search_locations=[str(REPO / folder)])
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", type=Path, required=True, help="model directory to write")
+    p.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    p.add_argument("--time-budget-s", type=float, default=480.0, help="seconds from start to the end of training")
+    p.add_argument("--max-steps", type=int, default=1_000_000)
+    p.add_argument("--size", default="demo", help="demo (the shipped shape) or micro (tests)")
+    p.add_argument("--train-examples", type=int, default=400_000)
+    p.add_argument("--eval-examples", type=int, default=3000)
+    p.add_argument("--tokenizer-examples", type=int, default=30_000)
+    p.add_argument("--vocab-size", type=int, default=4096, help="BPE target (the data may reach fewer)")
+    p.add_argument("--batch-tokens", type=int, default=32768, help="padded tokens per training batch")
+    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--lm-weight", type=float, default=0.05, help="weight of the next-token loss on prompts")
+    p.add_argument("--pointer-weight", type=float, default=1.0, help="weight of the training-only option pointer")
+    p.add_argument("--noise", type=float, default=0.06, help="training label noise")
+    p.add_argument("--workers", type=int, default=max(1, min(16, os.cpu_count() or 1) - 1))
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--log-every", type=int, default=50)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    ensure_flidec()
+    import demo_model
+
+    demo_model.use_torch_gdn()
+    import demo_card
+    import demo_eval
+    import demo_render
+    import demo_tokenizer
+    import demo_train
+    import numpy as np
+    import torch
+    from transformers import GenerationConfig
+
+    def log(msg: str) -> None:
+        print(f"[{time.monotonic() - START:6.1f}s] {msg}", flush=True)
+
+    device = torch.device(args.device)
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    train_seed, eval_seed, tok_seed = 1000 + args.seed, 2000 + args.seed, 3000 + args.seed
+
+    texts = [demo_render.corpus_text(ex) for ex in demo_render.set_examples(tok_seed, args.tokenizer_examples)]
+    tokenizer = demo_tokenizer.save_tokenizer(demo_tokenizer.train_tokenizer(texts, args.vocab_size), out)
+    render = demo_render.renderer(tokenizer)
+    demo_tokenizer.check_labels(render.fmt)
+    pad_id, eos_id = tokenizer.pad_id, tokenizer.eos_id
+    log(f"tokenizer: {tokenizer.vocab_size} tokens; every label is one token")
+
+    train_set = demo_render.encode_set(out, train_seed, args.train_examples, args.workers, args.noise)
+    lengths = train_set.lengths
+    log(f"train set: {len(train_set)} requests, prompt tokens mean {lengths.mean():.0f} max {lengths.max()}")
+
+    size = demo_model.SIZES[args.size]
+    vocab = -(-tokenizer.vocab_size // 64) * 64
+    config = demo_model.text_config(size, vocab, pad_id, eos_id)
+    model = demo_model.build_model(config, args.seed).to(device)
+    params = demo_model.parameter_count(model)
+    log(f"model: {params / 1e6:.2f}M parameters, layers {config.layer_types}")
+
+    schedule = demo_train.Schedule(lr=args.lr, batch_tokens=args.batch_tokens, lm_weight=args.lm_weight,
+                                   pointer_weight=args.pointer_weight, noise=args.noise, deadline=START + args.time_budget_s,
+                                   max_steps=args.max_steps, seed=args.seed)
+    trained = demo_train.train(model, train_set, pad_id, schedule, device, log, args.log_every)
+    log(f"trained: {trained.steps} steps, {trained.examples} requests in {trained.seconds:.0f} s")
+
+    model = model.to(torch.bfloat16)  # the shipped weights; evaluated below as flidec reads them, in float32
+    model.config.dtype = torch.bfloat16
+    model.save_pretrained(out)
+    GenerationConfig(eos_token_id=eos_id, pad_token_id=pad_id, do_sample=False).save_pretrained(out)
+    model = model.float()
+
+    eval_examples = demo_render.set_examples(eval_seed, args.eval_examples, args.noise)
+    results_eval = demo_eval.evaluate(model, render, eval_examples, pad_id, device)
+    shipped = sorted(f.name for f in out.iterdir() if f.is_file())
+    megabytes = sum((out / f).stat().st_size for f in shipped) / 1e6
+    run = {
+        "command": " ".join(["python", "tools/train_demo.py", *(argv if argv is not None else sys.argv[1:])]),
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU",
+        "torch": torch.__version__, "transformers": __import__("transformers").__version__,
+        "size": dataclasses.asdict(size),
+        "parameters": params, "vocab_size": tokenizer.vocab_size, "config_vocab_size": vocab,
+        "train_examples": len(train_set), "train_seed": train_seed, "eval_seed": eval_seed,
+        "noise": args.noise, "lm_weight": args.lm_weight, "pointer_weight": args.pointer_weight, "lr": args.lr, "batch_tokens": args.batch_tokens,
+        "steps": trained.steps, "examples_seen": trained.examples, "train_seconds": trained.seconds,
+        "total_seconds": time.monotonic() - START, "model_dir_megabytes": megabytes,
+        "prompt_tokens_mean": float(np.mean(lengths)), "history": trained.history,
+    }
+    results = {"eval": results_eval, "run": run}
+    (out / "eval.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    demo_card.write_card(out, results)
+    log(summary(results))
+    return results
+
+
+def summary(results: dict) -> str:
+    ev, run = results["eval"], results["run"]
+    kinds = " ".join(f"{k}={100 * ev[f'accuracy_{k}']:.1f}%" for k in ("noul", "choice", "score"))
+    return (f"SUMMARY accuracy={100 * ev['accuracy']:.1f}% ({kinds}) ece={ev['ece']:.3f} "
+            f"order={ev['order_points']:.2f}pt flips={100 * ev['order_flips']:.1f}% "
+            f"passed={ev['passed']} | steps={run['steps']} seen={run['examples_seen']} "
+            f"params={run['parameters'] / 1e6:.2f}M dir={run['model_dir_megabytes']:.1f}MB "
+            f"total={run['total_seconds']:.0f}s")
+
+
+if __name__ == "__main__":
+    main()
