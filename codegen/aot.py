@@ -4,7 +4,8 @@ Consumes a kernel, its signature (every parameter's Triton type, "constexpr" for
 its constexpr values; produces a CompiledKernel: the cubin plus what a launcher needs (entry name, launch
 parameters in order, threads per block, dynamic shared memory). Records are written into an artifact's
 kernel directory as `<sha256>.json` + `<sha256>.cubin`, content-addressed, and read back with every hash
-checked. Never Triton's cache directory: it holds absolute paths and toolchain-dependent keys.
+checked (the record type and its reader live in runtime/launch.py). Never Triton's cache directory: it
+holds absolute paths and toolchain-dependent keys.
 Relies on Triton 3.6: `triton.compile(ASTSource(...), target=GPUTarget("cuda", cc, 32))` builds for a GPU
 that need not be present (ptxas ships in Triton's wheel), and a compiled kernel takes its non-constexpr
 parameters in order followed by two hidden pointers (global and profile scratch) that we pass as null, so
@@ -14,64 +15,26 @@ the host are refused at build time. Must run in a process where TRITON_INTERPRET
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from flidec.ir.errors import ArtifactError, FlideError
+from flidec.ir.errors import FlideError
+from flidec.runtime.launch import (  # noqa: F401 (the record and its reader live with the runtime that launches it)
+    HIDDEN_PARAMS,
+    CompiledKernel,
+    read_kernel,
+)
+from flidec.runtime.launch import (
+    canonical as _canonical,
+)
 
-HIDDEN_PARAMS = 2  # Triton 3.6 appends global-scratch and profile-scratch pointers to every kernel
 MAX_SHARED = {90: 232448}  # opt-in dynamic shared memory per block, bytes, by compute capability
 _SCALAR_TYPES = {"i1", "i8", "i16", "i32", "i64", "u1", "u8", "u16", "u32", "u64", "fp16", "bf16", "fp32", "fp64"}
 
 
 class KernelBuildError(FlideError):
     """A kernel that does not compile, or that the flidec runtime could not launch."""
-
-
-@dataclass(frozen=True, slots=True)
-class CompiledKernel:
-    """One kernel binary and what launching it takes.
-
-    Launch: grid from the recording, block = (32 * num_warps, 1, 1), `shared` bytes of dynamic shared memory
-    (above 48 KiB the launcher must raise the function's max-dynamic-shared-memory attribute first),
-    arguments = `params` in order (pointers as ints, scalars as numpy values of their type) then
-    HIDDEN_PARAMS null pointers. Pointers named in `aligned` were compiled assuming 16-byte alignment.
-    """
-
-    name: str  # the cubin's entry point
-    target: str  # e.g. "sm_90"
-    cubin: bytes
-    params: tuple[tuple[str, str], ...]  # launch parameters in order: (name, Triton type: "*bf16", "i32", ...)
-    constexprs: tuple[tuple[str, int | float | bool | str], ...]  # what it was specialized on, for inspection
-    aligned: tuple[str, ...]
-    num_warps: int
-    num_stages: int
-    shared: int
-    triton_version: str
-
-    @property
-    def threads(self) -> int:
-        return 32 * self.num_warps
-
-    def metadata(self) -> dict[str, Any]:
-        """The JSON half of the record (everything but the cubin, which it names by hash)."""
-        meta = asdict(self)
-        del meta["cubin"]
-        meta["params"] = [list(p) for p in self.params]
-        meta["constexprs"] = [list(c) for c in self.constexprs]
-        meta["aligned"] = list(self.aligned)
-        meta["cubin_sha256"] = hashlib.sha256(self.cubin).hexdigest()
-        meta["hidden_params"] = HIDDEN_PARAMS
-        return meta
-
-    @property
-    def digest(self) -> str:
-        """sha256 of the canonical metadata (which includes the cubin's hash): the record's address."""
-        return hashlib.sha256(_canonical(self.metadata())).hexdigest()
 
 
 def parse_target(target: str) -> int:
@@ -163,30 +126,3 @@ def write_kernel(kernel: CompiledKernel, directory: str | Path) -> str:
     (directory / f"{digest}.json").write_bytes(_canonical(kernel.metadata()))
     return digest
 
-
-def read_kernel(directory: str | Path, digest: str) -> CompiledKernel:
-    """Load a record written by `write_kernel`, refusing it if any hash disagrees."""
-    directory = Path(directory)
-    try:
-        meta = json.loads((directory / f"{digest}.json").read_bytes())
-        cubin = (directory / f"{digest}.cubin").read_bytes()
-    except (OSError, ValueError) as e:
-        raise ArtifactError(f"kernel {digest}: cannot read its record in {directory}: {e}") from e
-    if hashlib.sha256(_canonical(meta)).hexdigest() != digest:
-        raise ArtifactError(f"kernel {digest}: its metadata does not match its hash (corrupted artifact)")
-    if hashlib.sha256(cubin).hexdigest() != meta.get("cubin_sha256"):
-        raise ArtifactError(f"kernel {digest} ({meta.get('name')}): its cubin does not match its hash "
-                            "(corrupted artifact)")
-    if meta.get("hidden_params") != HIDDEN_PARAMS:
-        raise ArtifactError(f"kernel {digest}: built with {meta.get('hidden_params')} hidden parameters, "
-                            f"this runtime passes {HIDDEN_PARAMS}")
-    return CompiledKernel(
-        name=meta["name"], target=meta["target"], cubin=cubin,
-        params=tuple((n, t) for n, t in meta["params"]),
-        constexprs=tuple((n, v) for n, v in meta["constexprs"]), aligned=tuple(meta["aligned"]),
-        num_warps=meta["num_warps"], num_stages=meta["num_stages"], shared=meta["shared"],
-        triton_version=meta["triton_version"])
-
-
-def _canonical(obj: Any) -> bytes:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()

@@ -6,9 +6,11 @@ buffers, derived kernel tables and activations in one arena at byte offsets, reu
 steps in order, each a kernel (its spec: name, signature, constexprs, warps) with its grid and arguments
 (buffer + element offset + shape/strides for tensors, typed values for scalars). Shapes come from running
 the graph on meta-device tensors (views keep their base and offset: a view is an argument, never a copy).
-A step whose op has no kernel yet is recorded as missing (op name and operands): the recording is then
-incomplete and codegen/artifact.py refuses to write it as complete. Kernels of other files slot in with
-`register_emitter(op, fn)`. `play` runs a recording eagerly on a bound stream (interpreter on the CPU).
+Every op of the Qwen3.5 graph has an emitter (`register_emitter(op, fn, kernels)`); the forked Gated DeltaNet
+takes one launch per tree level on int32 work-item tables and an fp32 state-slot scratch buffer. A step
+whose op has no emitter is recorded as missing (op name and operands): such a recording is incomplete,
+`flidec compile` refuses it and `play` stops at it. `play` runs a recording eagerly on a bound stream
+(interpreter on the CPU), its meta buffers filled by runtime/tables.py's rules, as the runtime fills them.
 """
 
 from __future__ import annotations
@@ -22,11 +24,12 @@ from typing import Any
 
 import torch
 import torch.fx
-from flidec.codegen import attention, conv, gdn_tables, gemm, pointwise, tables
+from flidec.codegen import attention, conv, gdn, gdn_tables, gemm, pointwise, tables
 from flidec.codegen.pointwise import KernelCall
 from flidec.ir.program import Bucket
 from flidec.passes import graph
-from flidec.runtime.meta import StreamMeta
+from flidec.runtime.meta import CHUNK, StreamMeta
+from flidec.runtime.tables import FillRequest, fill_meta
 
 ALIGN = 256  # byte alignment of every arena buffer (the kernels assume 16)
 VERSION = 1
@@ -149,12 +152,26 @@ class EmitContext:
     bucket: Bucket
     derived: dict[str, tuple[tuple[int, ...], torch.dtype, str]] = field(default_factory=dict)
     tensors: dict[str, torch.Tensor] = field(default_factory=dict)
+    scratches: dict[str, torch.Tensor] = field(default_factory=dict)
 
     def table(self, name: str, shape: tuple[int, ...], dtype: torch.dtype, fill: str) -> torch.Tensor:
         if name not in self.tensors:
             self.derived[name] = (shape, dtype, fill)
             self.tensors[name] = torch.empty(shape, dtype=dtype, device="meta")
-        return self.tensors[name]
+        return self._same(self.tensors[name], name, shape, dtype)
+
+    def scratch(self, name: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        """A buffer the kernels write before they read it, shared by every step that asks for `name`: an
+        activation live from its first to its last step, never filled by the binder."""
+        t = self.scratches.setdefault(name, torch.empty(shape, dtype=dtype, device="meta"))
+        return self._same(t, name, shape, dtype)
+
+    @staticmethod
+    def _same(t: torch.Tensor, name: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        if tuple(t.shape) != tuple(shape) or t.dtype != dtype:
+            raise ValueError(f"buffer {name} asked for as {tuple(shape)} {dtype}, already "
+                             f"{tuple(t.shape)} {t.dtype}")
+        return t
 
 
 # op name -> fn(ctx, out, *node args) -> KernelCalls; `out` is the node's (meta) output, or tuple of outputs
@@ -201,12 +218,37 @@ def _conv(ctx: EmitContext, out: torch.Tensor, x: torch.Tensor, w: torch.Tensor,
                        spec.signature(), spec.constexprs(), t.num_warps, t.num_stages)]
 
 
+def _gdn(ctx: EmitContext, out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+         g: torch.Tensor, beta: torch.Tensor, segments: torch.Tensor) -> list[KernelCall]:
+    """One launch per tree level (bucket.depth), each over `per_level = bucket.segments` work items: the
+    Bucket bounds only the total segment count, and one level may hold all of them (packed roots). The state
+    slots (one per bucket segment, gdn_tables.state_slots numbers them) are scratch shared by every GDN
+    layer: each layer writes a slot at a level before any deeper level reads it."""
+    b = ctx.bucket
+    spec = gdn.gdn_spec(q, k, v, g, beta, out, fused_gate=False)
+    per_level = b.segments
+    capacity = f"per_level={per_level},slots={b.segments}"
+    items = ctx.table("gdn_items", (b.depth * per_level, len(gdn_tables.ITEM_FIELDS)), torch.int32,
+                      f"gdn_items({capacity})")
+    tails = ctx.table("gdn_tails", (b.depth * per_level, CHUNK), torch.int32, f"gdn_tails({capacity})")
+    slots = ctx.scratch("gdn_state_slots", (b.segments, spec.num_v_heads, spec.key_dim, spec.value_dim),
+                        torch.float32)
+    t = spec.tiles
+    # the unfused kernel never reads a_log_ptr / dt_bias_ptr: g fills their (typed) slots
+    scale = spec.key_dim**-0.5
+    return [KernelCall(gdn.fork_gdn_kernel, spec.grid(per_level),
+                       (q, k, v, g, beta, g, g, out, items, tails, slots, level * per_level, scale),
+                       spec.signature(), spec.constexprs(), t.num_warps, t.num_stages)
+            for level in range(b.depth)]
+
+
 def _pw(fn: Callable[..., KernelCall]) -> Emitter:
     return lambda ctx, out, *args, **kwargs: [fn(out, *args, **kwargs)]
 
 
 register_emitter("linear", _gemm, (gemm.gemm_kernel,))
 register_emitter("fork_conv_static", _conv, (conv.fork_conv_kernel,))
+register_emitter("fork_gdn_static", _gdn, (gdn.fork_gdn_kernel,))
 register_emitter("fork_attention_gated", _attention, (attention.fork_attention_kernel,))
 register_emitter("rms_norm", _pw(lambda out, x, w, eps: pointwise.emit_rms_norm(x, w, out, eps)),
                  (pointwise.rms_norm_kernel,))
@@ -326,6 +368,8 @@ def _plan(gm, bucket, env, runner, ctx, inputs, calls, output) -> Recording:
         add(name, t, "meta", name)
     for name, (shape, dtype, fill) in ctx.derived.items():
         add(name, ctx.tensors[name], "meta", fill)
+    for name, t in ctx.scratches.items():
+        add(name, t, "activation")
     for node in gm.graph.nodes:
         value = env.get(node)
         if node.op == "get_attr":
@@ -398,30 +442,16 @@ def _allocate(buffers: dict[str, Buffer], steps: list[Step], output: str) -> tup
 
 
 def fill_tables(rec: Recording, tokens: torch.Tensor, meta: StreamMeta) -> dict[str, torch.Tensor]:
-    """The meta buffers' contents for one stream, by each buffer's fill rule."""
-    b = rec.bucket
-    out = graph.static_tables(tokens, meta, b)
-    for buf in rec.buffers:
-        if buf.region != "meta" or buf.name in out:
-            continue
-        if buf.fill.startswith("query_tiles(block_m="):
-            block_m = int(buf.fill[len("query_tiles(block_m="):-1])
-            out[buf.name] = tables.query_tiles(meta, block_m, buf.shape[0])
-        elif buf.fill == "conv_taps":
-            out[buf.name] = gdn_tables.conv_taps(meta, b.rows)
-        elif buf.fill == "path_levels":
-            out[buf.name] = tables.path_levels(meta, b.depth, b.segments)
-        else:
-            raise ValueError(f"no fill rule {buf.fill!r} for meta buffer {buf.name}")
-    return out
+    """The meta buffers' contents for one stream, by each buffer's fill rule (runtime/tables.py: the rules
+    the runtime's binder applies, so playing fills exactly what a replay does)."""
+    requests = [FillRequest(b.name, b.fill, b.shape) for b in rec.buffers if b.region == "meta"]
+    return fill_meta(requests, tokens, meta, rec.bucket)
 
 
-def play(rec: Recording, tokens: torch.Tensor, meta: StreamMeta, weights: Mapping[str, torch.Tensor],
-         stand_ins: Mapping[str, Callable[..., Any]] | None = None) -> torch.Tensor:
+def play(rec: Recording, tokens: torch.Tensor, meta: StreamMeta, weights: Mapping[str, torch.Tensor]
+         ) -> torch.Tensor:
     """Run the recording eagerly on one stream (bucket-padded): returns the output buffer, [reads, labels].
-
-    `stand_ins` maps an op without a kernel to a plain-torch function run on its operand views (tests only:
-    an incomplete recording stays incomplete). The arena starts NaN-poisoned (all bits set)."""
+    The arena starts NaN-poisoned (all bits set), so a kernel reading bytes nothing wrote fails."""
     device = torch.device("cpu")
     arena = torch.full((rec.arena_bytes,), 0xFF, dtype=torch.uint8)
     by_name = {b.name: b for b in rec.buffers}
@@ -445,15 +475,7 @@ def play(rec: Recording, tokens: torch.Tensor, meta: StreamMeta, weights: Mappin
     kernels = {k.key: k for k in rec.kernels}
     for step in rec.steps:
         if not step.kernel:
-            fn = (stand_ins or {}).get(step.op)
-            if fn is None:
-                raise RuntimeError(f"step {step.node}: {step.op} has no kernel and no stand-in")
-            views = [tensor(a) for a in step.args]
-            split = len(views) - step.outputs
-            result = fn(*views[:split])
-            for view, value in zip(views[split:], result if isinstance(result, tuple) else (result,), strict=True):
-                view.copy_(value)
-            continue
+            raise RuntimeError(f"step {step.node}: {step.op} has no kernel")
         spec = kernels[step.kernel]
         args = [tensor(a) if a.buffer else a.value for a in step.args]
         pointwise.eager.launch(JIT_KERNELS[spec.name], step.grid, *args, device=device, **dict(spec.constexprs))

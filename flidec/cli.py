@@ -190,8 +190,6 @@ def add_compile(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dump-ir", action="append", default=[], metavar="after=PASS",
                    help="print the IR after PASS to stderr (repeatable)")
     p.add_argument("--time-passes", action="store_true", help="print each pass's time to stderr")
-    p.add_argument("--allow-incomplete", action="store_true", help="write an artifact even where a kernel is "
-                   "missing (the runtime refuses to run it; for inspecting work in progress)")
     p.add_argument("--kernel-cache", metavar="DIR", help="reuse compiled kernels from DIR (and add to it)")
     p.set_defaults(run=run_compile)
 
@@ -211,12 +209,11 @@ def run_compile(args: argparse.Namespace) -> int:
         print(e.render(), file=sys.stderr)
         return 1
     report = compile_artifact(args.spec, args.model, args.target, args.out, tree=args.tree,
-                              bundle_weights=args.bundle_weights, allow_incomplete=args.allow_incomplete,
+                              bundle_weights=args.bundle_weights,
                               dump_after=after, time_passes=args.time_passes,
                               kernel_cache=Path(args.kernel_cache) if args.kernel_cache else None)
     print(f"{report.out}: {report.buckets} buckets, {report.kernels} kernels ({report.compiled} compiled now), "
-          f"{report.bytes / 2**20:.1f} MiB in {report.seconds:.1f} s"
-          + ("" if report.complete else " (INCOMPLETE: the runtime will refuse it)"))
+          f"{report.bytes / 2**20:.1f} MiB in {report.seconds:.1f} s")
     return 0
 
 
@@ -261,9 +258,9 @@ def run_fmt(args: argparse.Namespace) -> int:
 
 
 def add_run(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("run", help="answer instances with the reference executor (no compiling)")
-    p.add_argument("spec", metavar="SPEC", help=".flide file")
-    p.add_argument("--model", required=True, help="model directory or hub id")
+    p = sub.add_parser("run", help="answer instances with an artifact, or a spec with the reference executor")
+    p.add_argument("spec", metavar="SPEC", help=".flide file, or an artifact directory (flidec compile -o)")
+    p.add_argument("--model", help="model directory or hub id (for a .flide spec)")
     p.add_argument("--instances", required=True, metavar="I.jsonl[.gz]", help="one instance per line")
     p.add_argument("--out", required=True, metavar="DIR", help="writes DIR/results.jsonl and DIR/summary.json")
     p.add_argument("--tree", help="the tree to run (needed when the spec has several)")

@@ -50,11 +50,10 @@ class CompileReport:
     compiled: int  # kernels compiled now (the rest came from the cache)
     buckets: int
     bytes: int
-    complete: bool
 
 
 def compile_artifact(spec_path: str | Path, model: str | Path, target: str, out: str | Path, *,
-                     tree: str | None = None, bundle_weights: bool = False, allow_incomplete: bool = False,
+                     tree: str | None = None, bundle_weights: bool = False,
                      dump_after: Sequence[str] = (), time_passes: bool = False, kernel_cache: Path | None = None,
                      log: TextIO = sys.stderr) -> CompileReport:
     start = time.perf_counter()
@@ -83,10 +82,9 @@ def compile_artifact(spec_path: str | Path, model: str | Path, target: str, out:
         for t in program.trees:
             for plan in t.buckets:
                 rec = record(lowered, plan.bucket)
-                if rec.missing and not allow_incomplete:
-                    raise FlideError(f"tree {t.name}, bucket {plan.bucket.name}: no kernel yet for "
-                                     f"{', '.join(rec.missing)} (--allow-incomplete writes an artifact the runtime "
-                                     "refuses to run)")
+                if rec.missing:  # an op of a model graph no emitter knows: the runtime could not run it
+                    raise FlideError(f"tree {t.name}, bucket {plan.bucket.name}: no kernel for "
+                                     f"{', '.join(rec.missing)}")
                 recordings[t.name, plan.bucket.name] = rec
         specs = {k.key: k for rec in recordings.values() for k in rec.kernels}
         for key in sorted(specs):
@@ -97,8 +95,7 @@ def compile_artifact(spec_path: str | Path, model: str | Path, target: str, out:
                                   bundle_weights), out)
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     return CompileReport(out, time.perf_counter() - start, len(kernels), compiled,
-                         sum(len(t.buckets) for t in program.trees), size,
-                         not any(r.missing for r in recordings.values()))
+                         sum(len(t.buckets) for t in program.trees), size)
 
 
 def _only(spec: Spec, tree: str | None) -> Spec:

@@ -1,6 +1,7 @@
-"""`flidec run`: answer a spec's instances with the reference executor, without compiling.
+"""`flidec run`: answer a spec's instances with the reference executor, without compiling, or an artifact's.
 
-Consumes a spec, a model (local directory or hub id) and instances (JSON lines, optionally gzipped); produces
+Consumes a spec and a model (local directory or hub id), or an artifact directory (flidec.runtime.load: its
+recordings on a GPU, the reference executor on the CPU), and instances (JSON lines, optionally gzipped); produces
 DIR/results.jsonl (one answer object per instance, in input order: System One responses for wire="systemone"
 trees; `{"error": ...}` for an instance that could not be answered, which never stops the run) and
 DIR/summary.json. Instances are bound a window at a time and packed several to a stream, up to
@@ -29,6 +30,7 @@ from flidec.models.tokenizer import load_tokenizer
 from flidec.models.weights import resolve_model
 from flidec.runtime.answers import assemble
 from flidec.runtime.binder import bind
+from flidec.runtime.program import error_record
 from flidec.runtime.reference.executor import ReferenceExecutor
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -121,19 +123,43 @@ def _pack_greedy(sizes: list[int], budget: int) -> list[list[int]]:
     return groups
 
 
-def _error(e: FlideError) -> dict:
-    problems = list(e.problems) if isinstance(e, InstanceError) else [str(e)]
-    return {"error": {"type": type(e).__name__, "problems": problems}}
+_error = error_record
 
 
-def run(spec_path: str, model: str, instances_path: str, out_dir: str, *, tree: str | None = None,
+class ArtifactAnswerer:
+    """An artifact loaded by the runtime (flidec.runtime.program): it packs instances into its buckets."""
+
+    def __init__(self, artifact: Path, tree: str | None, device: str, dtype: str, served_name: str | None):
+        from flidec.runtime.program import load
+
+        self.program = load(artifact, device, dtype=dtype, served_name=served_name)
+        self.tree = self.program.tree(tree).tree
+
+    def answer(self, instances: list[object], max_stream_tokens: int, summary: Summary) -> list[dict]:
+        before = self.program.stats
+        results = self.program.run(instances, self.tree.name)
+        after = self.program.stats
+        summary.streams += after.streams - before.streams
+        summary.stream_tokens += after.stream_tokens - before.stream_tokens
+        summary.questions += after.questions - before.questions
+        return results
+
+
+def run(spec_path: str, model: str | None, instances_path: str, out_dir: str, *, tree: str | None = None,
         device: str = "cpu", dtype: str = "fp32", max_stream_tokens: int = 8192, window: int = 64,
         served_name: str | None = None, progress: bool = True) -> Summary:
-    spec, _ = load_spec(spec_path)
-    chosen = pick_tree(spec, tree)
     out = Path(out_dir)
+    answerer: Answerer | ArtifactAnswerer
+    if (Path(spec_path) / "manifest.json").is_file():
+        answerer = ArtifactAnswerer(Path(spec_path), tree, device, dtype, served_name)
+        chosen = answerer.tree
+    else:
+        if model is None:
+            raise FlideError("--model is needed to run a .flide spec (an artifact directory brings its own)")
+        spec, _ = load_spec(spec_path)
+        chosen = pick_tree(spec, tree)
+        answerer = Answerer(spec, chosen, model, device, dtype, served_name)
     out.mkdir(parents=True, exist_ok=True)
-    answerer = Answerer(spec, chosen, model, device, dtype, served_name)
     summary = Summary()
     start = time.perf_counter()
     results = out / "results.jsonl"

@@ -12,7 +12,6 @@ its verifier is Graph.lint plus "nothing reads the meta object after lowering"; 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from functools import lru_cache
 from types import SimpleNamespace
 
@@ -21,59 +20,16 @@ import torch.fx
 import torch.nn.functional as F
 from flidec.ir.program import Bucket
 from flidec.passes.manager import LEVELS, register_level
-from flidec.runtime.meta import CONV_TAPS, Segment, StreamMeta, build_meta
+from flidec.runtime.meta import Segment, StreamMeta, build_meta
 from flidec.runtime.reference import ops
-
-SEGMENT_FIELDS = ("start", "length", "pos0", "parent", "level")  # columns of the `segments` table
-PADDING_LEVEL = -1  # `level` of a padding row of the segments table: no segment
-
-
-@dataclass(frozen=True, slots=True)
-class MetaBuffer:
-    name: str
-    shape: tuple[int, ...]
-    dtype: torch.dtype
-
-
-def meta_buffers(bucket: Bucket) -> tuple[MetaBuffer, ...]:
-    """The static meta buffers of a bucket: what the binder writes before each replay (int64, fixed sizes)."""
-    i64 = torch.int64
-    return (
-        MetaBuffer("tokens", (bucket.rows,), i64),
-        MetaBuffer("positions", (bucket.rows,), i64),
-        MetaBuffer("conv_prev", (bucket.rows, CONV_TAPS - 1), i64),
-        MetaBuffer("segments", (bucket.segments, len(SEGMENT_FIELDS)), i64),
-        MetaBuffer("read_rows", (bucket.reads,), i64),
-        MetaBuffer("read_labels", (bucket.reads, bucket.labels), i64),
-        MetaBuffer("read_nlabels", (bucket.reads,), i64),
-    )
-
-
-META_BUFFERS = tuple(b.name for b in meta_buffers(Bucket("", 1, 1, 1, 1, 1)))
-
-
-def static_tables(tokens: torch.Tensor, meta: StreamMeta, bucket: Bucket) -> dict[str, torch.Tensor]:
-    """A stream's meta laid out in the bucket's static buffers; padding is inert (rows: token 0, position 0,
-    no conv predecessors; segments: level PADDING_LEVEL; reads: no labels)."""
-    rows, segs, reads = meta.num_rows, len(meta.segments), len(meta.reads)
-    lmax = meta.read_labels.shape[1]
-    if not bucket.fits(rows, segs, 1, reads, lmax if reads else 0):
-        raise ValueError(f"a stream of {rows} rows, {segs} segments, {reads} reads of <= {lmax} labels does not "
-                         f"fit bucket {bucket.name}")
-    t = {b.name: torch.zeros(b.shape, dtype=b.dtype) for b in meta_buffers(bucket)}
-    t["tokens"][:rows] = tokens
-    t["positions"][:rows] = meta.positions
-    t["conv_prev"].fill_(-1)
-    t["conv_prev"][:rows] = meta.conv_prev
-    t["segments"][:, SEGMENT_FIELDS.index("parent")] = -1
-    t["segments"][:, SEGMENT_FIELDS.index("level")] = PADDING_LEVEL
-    for i, s in enumerate(meta.segments):
-        t["segments"][i] = torch.tensor([getattr(s, f) for f in SEGMENT_FIELDS])
-    t["read_rows"][:reads] = meta.read_rows
-    t["read_labels"][:reads, :lmax] = meta.read_labels
-    t["read_nlabels"][:reads] = meta.read_nlabels
-    return t
-
+from flidec.runtime.tables import (  # noqa: F401 (the static meta buffers live with the runtime's fill rules)
+    META_BUFFERS,
+    PADDING_LEVEL,
+    SEGMENT_FIELDS,
+    MetaBuffer,
+    meta_buffers,
+    static_tables,
+)
 
 # ---- the ops passes insert (leaf calls; bodies are the reference) -------------------------------------------
 

@@ -1,7 +1,8 @@
 """`flidec compile` and the artifact: every example compiles for cpu and, with the tiny model, for sm_90
 (kernels compiled once per session through a kernel cache, in a subprocess without TRITON_INTERPRET); the
 same inputs give byte-identical artifacts; a cpu artifact answers through the reference executor; a
-corrupted, mismatched or incomplete artifact is refused with a one-line reason; `flidec inspect` shows it."""
+corrupted, mismatched or incomplete artifact is refused with a one-line reason; `flidec inspect` shows it.
+Every sm_90 artifact is complete: each recorded step, the forked Gated DeltaNet's included, has a kernel."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.fx
+from flidec.codegen import recording
 from flidec.ir.errors import ArtifactError
 from flidec.ir.serde import spec_from_json
 from flidec.runtime.artifact import load_manifest, weights_dir
@@ -39,9 +41,8 @@ names = sys.argv[4:]
 report = {}
 for name in names + [names[0] + "-again"]:
     r = compile_artifact(examples / (name.split("-")[0] + ".flide"), model, "sm_90", work / name,
-                         allow_incomplete=True, kernel_cache=work / "kernel-cache")
-    report[name] = {"seconds": r.seconds, "kernels": r.kernels, "compiled": r.compiled, "bytes": r.bytes,
-                    "complete": r.complete}
+                         kernel_cache=work / "kernel-cache")
+    report[name] = {"seconds": r.seconds, "kernels": r.kernels, "compiled": r.compiled, "bytes": r.bytes}
 print(json.dumps(report))
 """
 
@@ -85,14 +86,16 @@ def test_every_example_compiles_for_cpu(cpu_artifacts, name) -> None:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_every_example_compiles_for_sm90(gpu_artifacts, name) -> None:
-    work, report = gpu_artifacts
-    m = load_manifest(work / name, target="sm_90", allow_incomplete=True)
-    assert m["missing_kernels"] == ["fork_gdn_static"] and not report[name]["complete"]
+    work, _ = gpu_artifacts
+    m = load_manifest(work / name, target="sm_90")
+    assert m["complete"] and m["missing_kernels"] == []
     names = {k["name"] for k in m["kernels"].values()}
-    assert {"gemm_kernel", "fork_attention_kernel", "fork_conv_kernel", "label_head_kernel"} <= names
+    assert {"gemm_kernel", "fork_attention_kernel", "fork_conv_kernel", "fork_gdn_kernel",
+            "label_head_kernel"} <= names
     for b in m["buckets"]:
         rec = json.loads((work / name / b["recording"]).read_bytes())
-        assert rec["bucket"]["rows"] == b["rows"] and rec["missing"] == ["fork_gdn_static"]
+        assert rec["bucket"]["rows"] == b["rows"] and rec["complete"] and rec["missing"] == []
+        assert all(s["kernel"] for s in rec["steps"])
         used = {s["kernel"] for s in rec["steps"] if s["kernel"]}
         assert used <= set(m["kernels"])
         for key in used:
@@ -106,18 +109,23 @@ def test_compiling_twice_gives_identical_bytes(gpu_artifacts, cpu_artifacts, tin
     assert tree_files(cpu_artifacts / NAMES[0]) == tree_files(tmp_path / "again")
 
 
-def test_incomplete_artifact_is_refused(gpu_artifacts) -> None:
+def test_incomplete_artifact_is_refused(gpu_artifacts, tmp_path) -> None:
     work, _ = gpu_artifacts
+    shutil.copytree(work / NAMES[0], tmp_path / "a")
+    manifest = json.loads((tmp_path / "a" / "manifest.json").read_text())
+    manifest |= {"complete": False, "missing_kernels": ["fork_gdn_static"]}
+    (tmp_path / "a" / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(ArtifactError, match=r"incomplete artifact \(no kernels for fork_gdn_static\)$"):
-        load_manifest(work / NAMES[0], target="sm_90")
+        load_manifest(tmp_path / "a", target="sm_90")
 
 
-def test_sm90_without_allow_incomplete_is_an_error(tiny_checkpoint, tmp_path, capsys) -> None:
+def test_sm90_compile_refuses_an_op_without_kernel(tiny_checkpoint, tmp_path, capsys, monkeypatch) -> None:
     # fails in the recording, before any kernel is compiled: safe in this interpreting process
+    monkeypatch.delitem(recording.EMITTERS, "fork_gdn_static")
     assert main(["compile", str(EXAMPLES / "classifier.flide"), "--model", str(tiny_checkpoint), "--target",
                  "sm_90", "-o", str(tmp_path / "out")]) == 1
-    assert capsys.readouterr().err == ("flidec: error: tree ticket, bucket r256: no kernel yet for fork_gdn_static "
-                                       "(--allow-incomplete writes an artifact the runtime refuses to run)\n")
+    err = capsys.readouterr().err
+    assert err == "flidec: error: tree ticket, bucket r256: no kernel for fork_gdn_static\n"
 
 
 @pytest.fixture
@@ -174,7 +182,7 @@ def test_inspect_shows_manifest_buckets_and_kernels(gpu_artifacts, capsys) -> No
     assert main(["inspect", str(work / "classifier")]) == 0
     text = capsys.readouterr().out
     assert text.startswith("artifact for sm_90: flidec 0.1.0, torch ")
-    assert "INCOMPLETE (no kernels for fork_gdn_static)" in text
+    assert "INCOMPLETE" not in text
     assert "ticket/r256: rows 256, segments 15, depth 4, reads 12, labels 5, padding <= 18.4%" in text
     assert "fork_attention_kernel" in text and "shared" in text
 

@@ -1,8 +1,8 @@
-"""Recordings of the tiny Qwen3.5: the plan (arena without live overlaps, JSON round trip, missing kernels
-named), and playing it under the interpreter: label logits match the reference executor within TOLERANCE,
-and a forked stream's reads equal their plain single-sequence passes bit for bit (torch.equal). The Gated
-DeltaNet steps have no kernel in the recording yet: they are played by the reference op as an explicit
-stand-in (the recording stays incomplete)."""
+"""Recordings of the tiny Qwen3.5: the plan (complete, arena without live overlaps, JSON round trip, one
+forked Gated DeltaNet launch per tree level, a missing kernel named and refused), and playing it under the
+interpreter with every step a kernel: label logits match the reference executor within TOLERANCE, and a
+forked stream's reads (three levels, forks inside a chunk) equal their plain single-sequence passes bit for
+bit (torch.equal)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,6 @@ from flidec.models.qwen3_5 import Qwen35
 
 PIPELINE = ["label_head", "lower_forks", "trim_reads", "fuse_pointwise"]
 BUCKET = Bucket("b0", rows=96, segments=6, depth=3, reads=4, labels=5)
-STAND_INS = {"fork_gdn_static": graph.fork_gdn_static}
 
 
 @pytest.fixture(scope="module", params=["fp32", "bf16"])
@@ -36,21 +35,52 @@ def model(request, tiny_checkpoint):
 
 
 def forked():
-    segs = (Segment(0, 66, 0, -1, 0), Segment(66, 4, 66, 0, 1), Segment(70, 7, 66, 0, 1))
-    reads = (Read(69, (5, 6, 7)), Read(76, (9, 10, 11, 12, 13)))
-    tokens = torch.randint(0, 5000, (77,), generator=torch.Generator().manual_seed(1))
-    return tokens, build_meta(segs, reads, 77)
+    """A root of 66 tokens (one full chunk), two children forking at 66 (mid-chunk: they recompute rows 64,
+    65), a grandchild whose straddling chunk gathers tail rows from two ancestors, and a second root packed
+    after them (two work items on level 0)."""
+    segs = (Segment(0, 66, 0, -1, 0), Segment(66, 4, 66, 0, 1), Segment(70, 7, 66, 0, 1),
+            Segment(77, 3, 73, 2, 2), Segment(80, 9, 0, -1, 0))
+    reads = (Read(69, (5, 6, 7)), Read(76, (9, 10, 11, 12, 13)), Read(79, (1, 2)), Read(88, (3, 4)))
+    tokens = torch.randint(0, 5000, (89,), generator=torch.Generator().manual_seed(1))
+    return tokens, build_meta(segs, reads, 89)
 
 
-def test_recording_names_its_missing_kernels_and_round_trips(model) -> None:
+def test_recording_is_complete_and_round_trips(model) -> None:
     _, rec, _ = model
-    assert rec.missing == ("fork_gdn_static",) and not rec.complete
+    assert rec.missing == () and rec.complete
     blob = recording.write_recording(rec)
     assert recording.recording_from_json(json.loads(blob)) == rec
-    assert json.loads(blob)["complete"] is False
+    assert json.loads(blob)["complete"] is True
     ops = [s.op for s in rec.steps]
     assert ops.count("fork_attention_gated") == 1 and ops.count("linear") == 3 * (5 + 3) + (4 + 3)  # GDN: qkv, a, b, z, out; attention: q, k, v, o; MLP: 3
     assert ops[0] == "embedding" and ops[-1] == "label_head"
+
+
+def test_gdn_launches_one_step_per_level_on_the_bucket_tables(model) -> None:
+    _, rec, _ = model
+    gdn = [s for s in rec.steps if s.op == "fork_gdn_static"]
+    assert len(gdn) == 3 * BUCKET.depth  # three GDN layers
+    item_base = [s.args[11].value for s in gdn]
+    assert item_base == [lvl * BUCKET.segments for lvl in range(BUCKET.depth)] * 3
+    assert {s.grid[0] for s in gdn} == {BUCKET.segments}
+    buffers = {b.name: b for b in rec.buffers}
+    items, tails, slots = (buffers[s.args[i].buffer] for s in gdn[:1] for i in (8, 9, 10))
+    assert (items.region, items.shape, items.fill) == ("meta", (BUCKET.depth * BUCKET.segments, 7),
+                                                        "gdn_items(per_level=6,slots=6)")
+    assert (tails.region, tails.shape, tails.fill) == ("meta", (BUCKET.depth * BUCKET.segments, 64),
+                                                        "gdn_tails(per_level=6,slots=6)")
+    assert (slots.region, slots.shape) == ("activation", (BUCKET.segments, 4, 16, 16))
+    assert {s.args[10].buffer for s in gdn} == {slots.name}  # one slot buffer, reused by every layer
+
+
+def test_a_step_without_kernel_is_named_and_refuses_to_play(model, monkeypatch) -> None:
+    traced, _, weights = model
+    monkeypatch.delitem(recording.EMITTERS, "fork_gdn_static")
+    rec = recording.record(run(traced, PIPELINE).ir, BUCKET)
+    assert rec.missing == ("fork_gdn_static",)
+    assert json.loads(recording.write_recording(rec))["complete"] is False
+    with pytest.raises(RuntimeError, match="fork_gdn_static has no kernel"):
+        recording.play(rec, *forked(), weights)
 
 
 def test_arena_buffers_never_overlap_while_live(model) -> None:
@@ -82,7 +112,7 @@ def test_playing_matches_the_reference_executor(model, tiny_checkpoint) -> None:
     traced, rec, weights = model
     tokens, meta = forked()
     want = graph.run_graph(traced, tokens, meta, BUCKET)
-    got = recording.play(rec, tokens, meta, weights, STAND_INS)
+    got = recording.play(rec, tokens, meta, weights)
     reads, labels = want.shape
     assert (got[reads:] == float("-inf")).all()
     got = got[:reads, :labels]
@@ -102,17 +132,11 @@ def test_playing_matches_the_reference_executor(model, tiny_checkpoint) -> None:
 def test_played_reads_equal_their_plain_passes(model) -> None:
     _, rec, weights = model
     tokens, meta = forked()
-    got = recording.play(rec, tokens, meta, weights, STAND_INS)
+    got = recording.play(rec, tokens, meta, weights)
     for i, read in enumerate(meta.reads):
         seg = int(meta.segment_ids[read.row])
         rows = [r for s in (*meta.ancestors[seg], seg)
                 for r in range(meta.segments[s].start, meta.segments[s].start + meta.segments[s].length)]
         plain = linear_stream(tokens[rows].tolist(), {len(rows) - 1: read.labels})
-        alone = recording.play(rec, plain.tokens, plain.meta, weights, STAND_INS)
+        alone = recording.play(rec, plain.tokens, plain.meta, weights)
         assert torch.equal(got[i], alone[0]), f"read {i} differs from its plain pass"
-
-
-def test_a_step_without_kernel_or_stand_in_refuses_to_play(model) -> None:
-    _, rec, weights = model
-    with pytest.raises(RuntimeError, match="fork_gdn_static has no kernel and no stand-in"):
-        recording.play(rec, *forked(), weights)

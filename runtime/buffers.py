@@ -1,0 +1,229 @@
+"""The static buffer plan: a recording as the runtime reads it, its arena, weights, constants and meta staging.
+
+Consumes `recordings/<tree>.<bucket>.json` (written by codegen/recording.py, format in docs/ARTIFACT.md; read
+here without importing codegen) and the model's tensors by name; produces, per recording, the pointer of
+every tensor argument (arena base + byte offset for meta and activation buffers, the weight's or constant
+table's own storage otherwise, plus the element offset of the view) and a MetaStage: a host buffer the
+size of the recording's meta region that the binder's tables are written into, then one host-to-device
+copy. All recordings of an artifact share one arena (as large as the largest): replays run one at a time.
+Relies on the recording's allocator placing every meta buffer before any activation (they live
+throughout and are allocated first), so the meta region is one contiguous span at the arena's start.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from flidec.ir.errors import ArtifactError
+from flidec.ir.program import Bucket
+from flidec.runtime.meta import StreamMeta
+from flidec.runtime.tables import FillRequest, fill_meta
+
+RECORDING_VERSION = 1
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "i64": torch.int64,
+          "i32": torch.int32}
+
+
+@dataclass(frozen=True, slots=True)
+class PlanBuffer:
+    name: str
+    region: str  # weight, constant, meta, activation
+    dtype: str
+    shape: tuple[int, ...]
+    offset: int  # byte offset in the arena (meta, activation); -1 otherwise
+    fill: str  # meta: the fill rule (runtime/tables.py)
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return DTYPES[self.dtype]
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * torch.empty((), dtype=self.torch_dtype).element_size()
+
+
+@dataclass(frozen=True, slots=True)
+class PlanArg:
+    """A tensor argument (buffer + element offset; shape and strides for checks) or a scalar."""
+
+    buffer: str
+    offset: int
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    scalar: str
+    value: int | float | None
+
+
+@dataclass(frozen=True, slots=True)
+class PlanStep:
+    node: str
+    op: str
+    kernel: str  # key into the manifest's kernels; "" for a step without a kernel (an incomplete recording)
+    grid: tuple[int, ...]
+    args: tuple[PlanArg, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RecordingPlan:
+    bucket: Bucket
+    buffers: tuple[PlanBuffer, ...]
+    arena_bytes: int
+    steps: tuple[PlanStep, ...]
+    constants: tuple[tuple[str, tuple[float, ...]], ...]
+    output: str
+    index: Mapping[str, PlanBuffer] = field(default_factory=dict, compare=False, repr=False)  # by name
+
+    def __post_init__(self) -> None:
+        if not self.index:
+            object.__setattr__(self, "index", {b.name: b for b in self.buffers})
+
+    def buffer(self, name: str) -> PlanBuffer:
+        return self.index[name]
+
+    @property
+    def meta(self) -> tuple[PlanBuffer, ...]:
+        return tuple(b for b in self.buffers if b.region == "meta")
+
+    @property
+    def missing(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(s.op for s in self.steps if not s.kernel))
+
+
+def recording_from_json(d: Mapping[str, Any], where: str = "recording") -> RecordingPlan:
+    """The runtime's view of a recording (ArtifactError on another version or a malformed file)."""
+    if d.get("flidec_recording") != RECORDING_VERSION:
+        raise ArtifactError(f"{where}: recording version {d.get('flidec_recording')!r}, this runtime reads "
+                            f"{RECORDING_VERSION}")
+    try:
+        plan = RecordingPlan(
+            bucket=Bucket(**d["bucket"]),
+            buffers=tuple(PlanBuffer(b["name"], b["region"], b["dtype"], tuple(b["shape"]), b["offset"], b["fill"])
+                          for b in d["buffers"]),
+            arena_bytes=int(d["arena_bytes"]),
+            steps=tuple(PlanStep(s["node"], s["op"], s["kernel"], tuple(s["grid"]),
+                                 tuple(PlanArg(a["buffer"], a["offset"], tuple(a["shape"]), tuple(a["strides"]),
+                                               a["scalar"], a["value"]) for a in s["args"]))
+                        for s in d["steps"]),
+            constants=tuple((n, tuple(v)) for n, v in d["constants"]),
+            output=d["output"],
+        )
+    except (KeyError, TypeError) as e:
+        raise ArtifactError(f"{where}: malformed recording ({type(e).__name__}: {e})") from None
+    _check(plan, where)
+    return plan
+
+
+def read_recording(path: Path) -> RecordingPlan:
+    try:
+        return recording_from_json(json.loads(path.read_bytes()), str(path))
+    except (OSError, ValueError) as e:
+        raise ArtifactError(f"{path}: unreadable recording ({e})") from None
+
+
+def _check(plan: RecordingPlan, where: str) -> None:
+    names = plan.index
+    if len(names) != len(plan.buffers):
+        raise ArtifactError(f"{where}: two buffers share a name")
+    for b in plan.buffers:
+        if b.dtype not in DTYPES:
+            raise ArtifactError(f"{where}: buffer {b.name} has dtype {b.dtype}, which this runtime does not know")
+        if b.region in ("meta", "activation") and not 0 <= b.offset <= plan.arena_bytes - b.nbytes:
+            raise ArtifactError(f"{where}: buffer {b.name} lies outside the arena")
+    for s in plan.steps:
+        for a in s.args:
+            if a.buffer and a.buffer not in names:
+                raise ArtifactError(f"{where}: step {s.node} reads unknown buffer {a.buffer}")
+            if a.buffer:
+                b = names[a.buffer]
+                last = a.offset + sum((n - 1) * st for n, st in zip(a.shape, a.strides) if n > 0)
+                if a.offset < 0 or (math.prod(a.shape) and last >= math.prod(b.shape)):
+                    raise ArtifactError(f"{where}: step {s.node} reads past the end of buffer {a.buffer}")
+    if plan.output not in names:
+        raise ArtifactError(f"{where}: output buffer {plan.output} is not in the plan")
+
+
+def meta_span(plan: RecordingPlan) -> tuple[int, int]:
+    """[lo, hi) bytes of the arena holding every meta buffer and nothing else (ArtifactError otherwise)."""
+    meta = plan.meta
+    lo = min(b.offset for b in meta)
+    hi = max(b.offset + b.nbytes for b in meta)
+    for b in plan.buffers:
+        if b.region == "activation" and b.offset < hi and lo < b.offset + b.nbytes:
+            raise ArtifactError(f"activation {b.name} lies inside the meta region [{lo}, {hi}): the runtime "
+                                "copies that region in one piece")
+    return lo, hi
+
+
+class MetaStage:
+    """The host side of one recording's meta region: tables in, one copy to the device arena out."""
+
+    def __init__(self, plan: RecordingPlan, pin: bool = False):
+        self.plan = plan
+        self.lo, self.hi = meta_span(plan)
+        self.host = torch.zeros(self.hi - self.lo, dtype=torch.uint8, pin_memory=pin)
+        self.requests = tuple(FillRequest(b.name, b.fill, b.shape) for b in plan.meta)
+
+    def fill(self, tokens: torch.Tensor, meta: StreamMeta) -> None:
+        """Write one stream's tables into the host region (ValueError when the stream does not fit)."""
+        tables = fill_meta(self.requests, tokens, meta, self.plan.bucket)
+        for b in self.plan.meta:
+            value = tables[b.name]
+            if tuple(value.shape) != b.shape:
+                raise ValueError(f"meta buffer {b.name}: the {b.fill} rule gave {list(value.shape)}, the "
+                                 f"recording has {list(b.shape)}")
+            start = b.offset - self.lo
+            self.host[start : start + b.nbytes].view(b.torch_dtype).copy_(value.reshape(-1))
+
+    def copy_to(self, arena: torch.Tensor) -> None:
+        """The one host-to-device copy (asynchronous from pinned memory, ordered on the current stream)."""
+        arena[self.lo : self.hi].copy_(self.host, non_blocking=self.host.is_pinned())
+
+
+class DeviceBuffers:
+    """The storage every recording of an artifact points into: one arena, the weights, the constant tables."""
+
+    def __init__(self, plans: Mapping[Any, RecordingPlan], weights: Mapping[str, torch.Tensor],
+                 device: torch.device):
+        self.device = device
+        self.arena = torch.empty(max((p.arena_bytes for p in plans.values()), default=0), dtype=torch.uint8,
+                                 device=device)
+        self.tensors: dict[str, torch.Tensor] = {}  # weights and constants, in their recorded dtypes
+        for key, plan in plans.items():
+            consts = dict(plan.constants)
+            for b in plan.buffers:
+                if b.region == "weight":
+                    if b.name not in weights:
+                        raise ArtifactError(f"recording {key}: the weights have no tensor {b.name}")
+                    value = weights[b.name]
+                elif b.region == "constant":
+                    value = torch.tensor(consts[b.name], dtype=torch.float32).reshape(b.shape)
+                else:
+                    continue
+                if tuple(value.shape) != b.shape:
+                    raise ArtifactError(f"recording {key}: {b.name} has shape {list(value.shape)}, the recording "
+                                        f"{list(b.shape)}")
+                value = value.to(device=device, dtype=b.torch_dtype).contiguous()
+                have = self.tensors.get(b.name)
+                if have is None:
+                    self.tensors[b.name] = value
+                elif have.dtype != value.dtype or not torch.equal(have, value):
+                    raise ArtifactError(f"recording {key}: {b.name} differs from another recording's")
+
+    def pointer(self, plan: RecordingPlan, arg: PlanArg) -> int:
+        """The device address of a tensor argument: its buffer's base plus the view's element offset."""
+        b = plan.buffer(arg.buffer)
+        size = torch.empty((), dtype=b.torch_dtype).element_size()
+        if b.region in ("meta", "activation"):
+            return self.arena.data_ptr() + b.offset + arg.offset * size
+        return self.tensors[b.name].data_ptr() + arg.offset * size
+
+    def output(self, plan: RecordingPlan) -> torch.Tensor:
+        """The recording's output buffer (label logits, fp32 [reads, labels]) as a view of the arena."""
+        b = plan.buffer(plan.output)
+        return self.arena[b.offset : b.offset + b.nbytes].view(b.torch_dtype).view(b.shape)

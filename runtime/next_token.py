@@ -1,0 +1,334 @@
+"""The next_token format: each ask rendered the way vLLM 0.32 reads a chat model, cut into token pieces.
+
+Consumes a ChatTokenizer (plain-text encoding, special tokens, the chat template's one-user-turn prefix and
+suffix with thinking off and the generation prompt) and, per instance, node texts and question objects;
+produces the token pieces that become stream segments, each ask's label token ids, and answer objects.
+
+An ask's prompt is one user turn whose content is the path's texts (the state, then every continuing text
+and fork branch text on the path) joined by "\\n\\n", then "\\n\\n", then the question block:
+`Question: {instructions}` (left out when there are none), one line per option (`A: {name} - {desc}`,
+`yes: {desc}`, `0: {level}`; the label alone, or `label: name`, when undescribed) and the reply line.
+Objects and arrays (state, instructions, descriptions, levels) render as JSON with ensure_ascii=False.
+
+Pieces: root = template prefix + state + "\\n\\n"; each continuing/branch text + "\\n\\n"; each question
+block line by line + the template suffix. Concatenated piece ids equal the whole prompt's ids because every
+cut sits right after a newline that a non-whitespace character follows (no pre-token of the Qwen split
+regex holds a newline followed by non-whitespace, nothing composes with a newline under NFC) or right
+before a special token. Rendering rule that keeps it so: continuing and branch texts lose their leading
+whitespace, and a text that is then empty is left out together with its separator. The state stays as is
+(it shares its piece with the template prefix). User text never becomes special tokens (ChatTokenizer.encode).
+The one implementation: the runtime binds with it, flidec.formats.next_token re-exports it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from flidec.ir.errors import Diagnostic, InstanceError, ModelError, SpecError
+from flidec.ir.instance import render_value
+from flidec.ir.tree import Ask, AskKind, Bound, ChoiceOptions, Fork, Node, NoulCriteria, ScoreLevels, Tree
+from flidec.runtime import answers_math as answers
+from flidec.runtime.labels import LabelError, Labels, LabelTable
+
+SEP = "\n\n"
+REPLY = {
+    "choice": "Answer with the letter of one option only.",
+    "noul": "Answer with yes or no only.",
+    "score": "Answer with the number of one level only.",
+}
+
+
+class ChatLayout(Protocol):
+    """A single-user-turn prompt: before_user + user text + after_user + generation_prompt."""
+
+    before_user: str  # Qwen3.5: "<|im_start|>user\n"
+    after_user: str  # "<|im_end|>\n"
+    generation_prompt: str  # thinking off: "<|im_start|>assistant\n<think>\n\n</think>\n\n"
+
+
+class ChatTokenizer(Protocol):
+    """What the format needs from a tokenizer (flidec.models.tokenizer.ModelTokenizer provides it)."""
+
+    special_tokens: Mapping[str, int]  # special token text -> id
+
+    def encode(self, text: str) -> list[int]:
+        """Text taken literally (NFC, pre-tokenized, byte-level BPE): special-token spellings stay text."""
+        ...
+
+    def encode_template(self, text: str) -> list[int]:
+        """Template text, in which special-token spellings are the special tokens."""
+        ...
+
+    @property
+    def chat(self) -> ChatLayout: ...
+
+
+@dataclass(frozen=True, slots=True)
+class AskPiece:
+    """One ask as bound: its question block's ids (through the template suffix) and how to read it."""
+
+    ids: tuple[int, ...]
+    labels: tuple[int, ...]  # label token ids, in option order
+    kind: AskKind
+    options: tuple[object, ...]  # choice: option names; score: levels as given (the legend); noul: ()
+    label_texts: tuple[str, ...]
+
+
+def strip_text(text: str) -> str:
+    """The rendering rule for texts after a separator: leading whitespace dropped (see module doc)."""
+    return text.lstrip()
+
+
+@dataclass(frozen=True, slots=True)
+class _Question:
+    kind: AskKind
+    instructions: tuple[str | None, bool]  # (rendered text or None, constant)
+    options: tuple[tuple[str | None, str | None], ...]  # (name shown after the label or None, description)
+    raw_options: tuple[object, ...]
+    constant_options: bool
+
+
+class NextTokenFormat:
+    """next_token(style="vllm") for one tokenizer; constant pieces are tokenized once and cached."""
+
+    name = "next_token"
+
+    def __init__(self, tokenizer: ChatTokenizer):
+        self._tok = tokenizer
+        specials = sorted(tokenizer.special_tokens, key=len, reverse=True)
+        self._special_re = re.compile("|".join(re.escape(s) for s in specials) or "$^")
+        chat = tokenizer.chat
+        suffix = chat.after_user + chat.generation_prompt
+        if not specials or not self._special_re.match(suffix):
+            raise ModelError("the chat template's text after the user message must start with a special "
+                             "token (so that a cut there is always exact)")
+        head, self._header_tail = self._split_last_special(chat.before_user)
+        self._header_ids = tuple(tokenizer.encode_template(head))
+        self._footer_ids = tuple(tokenizer.encode_template(suffix))
+        _, gen_tail = self._split_last_special(chat.generation_prompt)
+        self.labels = LabelTable(tokenizer.encode, gen_tail)
+        self._const: dict[str, tuple[int, ...]] = {}
+
+    def _split_last_special(self, text: str) -> tuple[str, str]:
+        """(text through its last special token, the plain text after it)."""
+        cut = max((m.end() for m in self._special_re.finditer(text)), default=0)
+        return text[:cut], text[cut:]
+
+    def _encode(self, text: str, constant: bool) -> tuple[int, ...]:
+        if not constant:
+            return tuple(self._tok.encode(text))
+        ids = self._const.get(text)
+        if ids is None:
+            ids = self._const[text] = tuple(self._tok.encode(text))
+        return ids
+
+    # -- pieces ----------------------------------------------------------------------------------------
+    def count_tokens(self, text: str) -> int:
+        return len(self._tok.encode(text))
+
+    def root_piece(self, state: object) -> tuple[int, ...]:
+        return self._header_ids + tuple(self._tok.encode(self._header_tail + render_value(state) + SEP))
+
+    @property
+    def root_head(self) -> tuple[int, ...]:
+        """The ids every root piece starts with: the chat header through its last special token."""
+        return self._header_ids
+
+    def ask_lines(self, ask: Ask) -> tuple[tuple[int, ...] | None, ...]:
+        """An ask's block as far as the spec fixes it, for pre-tokenizing: each line ask_piece encodes on
+        its own (the last one then the footer), as ids where the spec fixes it, None for a run of lines the
+        instance fills in (bound instructions, bound options, or all lines when the type is bound too).
+        Every boundary between entries is one ask_piece cuts at for every instance."""
+        kind = ask.types[0].kind
+        bound_instr = isinstance(ask.instructions, Bound)
+        instr = None if bound_instr else ask.instructions
+        out: list[tuple[int, ...] | None] = []
+        if instr:
+            out.append(self._encode(f"Question: {instr}\n", True))
+        elif bound_instr:
+            out.append(None)
+        if len(ask.types) > 1 or isinstance(ask.criteria, Bound):
+            out.append(None)
+        if len(ask.types) == 1:
+            if not isinstance(ask.criteria, Bound):
+                q = _resolve(ask, None, ask.name)
+                lines = self._lines(q, self._labels(q, ask.name).texts)
+                out += [self._encode(line + "\n", True) for line, _ in lines[1 if instr else 0:-1]]
+            out.append(self._encode(REPLY[kind], True))
+        out.append(self._footer_ids)
+        merged: list[tuple[int, ...] | None] = []
+        for entry in out:  # adjacent instance-filled runs are one run
+            if not (entry is None and merged and merged[-1] is None):
+                merged.append(entry)
+        return tuple(merged)
+
+    def text_piece(self, text: str, constant: bool) -> tuple[int, ...]:
+        """A continuing or branch text and its separator; () when the text is left out."""
+        text = strip_text(text)
+        return self._encode(text + SEP, constant) if text else ()
+
+    def ask_piece(self, ask: Ask, question: Mapping[str, object] | None, path: str) -> AskPiece:
+        q = _resolve(ask, question, path)
+        labels = self._labels(q, path)
+        lines = self._lines(q, labels.texts)
+        ids: list[int] = []
+        for k, (line, constant) in enumerate(lines):
+            ids += self._encode(line if k == len(lines) - 1 else line + "\n", constant)
+        opts = q.raw_options if q.kind != "noul" else ()
+        if q.kind == "choice" and None in opts:  # undescribed options are named by their labels
+            opts = labels.texts
+        return AskPiece(tuple(ids) + self._footer_ids, labels.ids, q.kind, opts, labels.texts)
+
+    def prompt_text(self, state: object, texts: Sequence[str], ask: Ask, question: Mapping | None,
+                    path: str) -> str:
+        """The user turn's content of one ask's whole prompt."""
+        q = _resolve(ask, question, path)
+        kept = [t for t in map(strip_text, texts) if t]
+        block = "\n".join(line for line, _ in self._lines(q, self._labels(q, path).texts))
+        return SEP.join([render_value(state), *kept]) + SEP + block
+
+    def prompt_ids(self, state: object, texts: Sequence[str], ask: Ask, question: Mapping | None,
+                   path: str) -> tuple[int, ...]:
+        """The whole prompt tokenized in one go: the reference the pieces must add up to."""
+        content = self.prompt_text(state, texts, ask, question, path)
+        return self._header_ids + tuple(self._tok.encode(self._header_tail + content)) + self._footer_ids
+
+    def answer(self, piece: AskPiece, logits: Sequence[float]) -> dict:
+        if piece.kind == "noul":
+            return answers.noul_answer(logits)
+        if piece.kind == "choice":
+            return answers.choice_answer(piece.options, logits)  # type: ignore[arg-type]
+        return answers.score_answer(piece.options, logits)
+
+    def check_tree(self, tree: Tree) -> None:
+        """Raise SpecError for every ask type whose labels this tokenizer cannot read as single distinct
+        tokens, at the most options the spec allows it (a constant ask: its own count)."""
+        problems = []
+        for ask in _asks(tree.body):
+            for t in ask.types:
+                c = ask.criteria
+                n = (len(c.options) if isinstance(c, ChoiceOptions) and t.kind == "choice"
+                     else len(c.levels) if isinstance(c, ScoreLevels) and t.kind == "score" else t.options.hi)
+                try:
+                    self._kind_labels(t.kind, n)
+                except LabelError as e:
+                    problems.append(Diagnostic(ask.loc, f"ask `{ask.name}` ({t.kind}): {e}"))
+        if problems:
+            raise SpecError(problems)
+
+    # -- question blocks -------------------------------------------------------------------------------
+    def _kind_labels(self, kind: AskKind, n: int) -> Labels:
+        if kind == "noul":
+            return self.labels.noul()
+        return self.labels.choice(n) if kind == "choice" else self.labels.score(n)
+
+    def _labels(self, q: _Question, path: str) -> Labels:
+        try:
+            return self._kind_labels(q.kind, len(q.options))
+        except LabelError as e:
+            raise InstanceError([f"{path}: {e}"]) from None
+
+    @staticmethod
+    def _lines(q: _Question, label_texts: tuple[str, ...]) -> list[tuple[str, bool]]:
+        lines: list[tuple[str, bool]] = []
+        text, constant = q.instructions
+        if text:
+            lines.append((f"Question: {text}", constant))
+        for label, (name, desc) in zip(label_texts, q.options):
+            if name is None:  # noul: the label is the name
+                line = label if desc is None else f"{label}: {desc}"
+            else:
+                line = f"{label}: {name}" if desc is None else f"{label}: {name} - {desc}"
+            lines.append((line, q.constant_options))
+        lines.append((REPLY[q.kind], True))
+        return lines
+
+
+def _asks(body: tuple[Node, ...]) -> list[Ask]:
+    out: list[Ask] = []
+    for node in body:
+        if isinstance(node, Ask):
+            out.append(node)
+        elif isinstance(node, Fork):
+            out += _asks(node.body)
+    return out
+
+
+def _resolve(ask: Ask, question: Mapping[str, object] | None, path: str) -> _Question:
+    """The type, instructions and options an ask has for this instance (constant or bound)."""
+    q = question if question is not None else {}
+    if not isinstance(q, Mapping):
+        raise InstanceError([f"{path}: a question must be an object"])
+    kinds = [t.kind for t in ask.types]
+    if "type" in q or len(kinds) > 1:
+        kind = q.get("type")
+        if kind not in kinds:
+            raise InstanceError([f"{path}.type: must be one of {kinds}, got {kind!r}"])
+    else:
+        kind = kinds[0]
+    atype = ask.types[kinds.index(kind)]
+
+    if isinstance(ask.instructions, Bound):
+        raw = q.get("instructions")
+        instructions = (None if raw in (None, "") else render_value(raw), False)
+    else:
+        instructions = (ask.instructions or None, True)
+
+    constant = not isinstance(ask.criteria, Bound)
+    criteria = ask.criteria if constant else q.get("criteria")
+    if criteria is None and kind != "noul" and constant:
+        # absent criteria: the type fixes the count (the verifier demands choice[n] / score[n]) and every
+        # option is undescribed: its line is its bare label, and the label names it in the answer
+        options, raw_opts = _undescribed(kind, atype.options.hi)
+    else:
+        options, raw_opts = _options(kind, criteria, f"{path}.criteria")
+    if kind != "noul" and not atype.options.lo <= len(options) <= atype.options.hi:
+        raise InstanceError([f"{path}.criteria: {len(options)} options, allowed "
+                             f"{atype.options.lo} to {atype.options.hi}"])
+    return _Question(kind, instructions, options, raw_opts, constant)
+
+
+def _undescribed(kind: AskKind, n: int) -> tuple[tuple[tuple[None, None], ...], tuple[object, ...]]:
+    """n options shown as their bare labels; a score's legend names each level by its digit, a choice
+    names each option by its label (see AskPiece.options)."""
+    return ((None, None),) * n, (tuple(str(i) for i in range(n)) if kind == "score" else (None,) * n)
+
+
+def _desc(value: object) -> str | None:
+    return None if value is None else render_value(value)
+
+
+def _options(kind: AskKind, criteria: object, path: str) -> tuple[tuple[tuple[str | None, str | None], ...],
+                                                                     tuple[object, ...]]:
+    """(name, description) per option (name None: the label alone), and the options as given."""
+    if kind == "noul":
+        if isinstance(criteria, NoulCriteria):
+            true, false = criteria.true, criteria.false
+        elif criteria is None:
+            true = false = None
+        elif isinstance(criteria, Mapping) and set(criteria) <= {"true", "false"}:
+            true, false = criteria.get("true"), criteria.get("false")
+        else:
+            raise InstanceError([f"{path}: a noul's criteria is null or an object with keys true/false"])
+        return ((None, _desc(true)), (None, _desc(false))), ()
+    if kind == "choice":
+        if isinstance(criteria, ChoiceOptions):
+            pairs = tuple(criteria.options)
+        elif isinstance(criteria, Mapping):
+            pairs = tuple(criteria.items())
+        else:
+            raise InstanceError([f"{path}: a choice's criteria is an object: option name -> description"])
+        return tuple((name, _desc(d)) for name, d in pairs), tuple(name for name, _ in pairs)
+    if isinstance(criteria, ScoreLevels):
+        levels: tuple[object, ...] = criteria.levels
+    elif isinstance(criteria, list):
+        levels = tuple(criteria)
+    else:
+        raise InstanceError([f"{path}: a score's criteria is a list of levels, low to high"])
+    if any(level is None for level in levels):
+        raise InstanceError([f"{path}: a score level cannot be null"])
+    # the level text follows its digit as the "name"; there is no separate description
+    return tuple((render_value(level), None) for level in levels), levels

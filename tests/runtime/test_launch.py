@@ -1,0 +1,201 @@
+"""The runtime's view of a recording and its launches, checked against codegen on the CPU: the plan read from
+the recording's JSON has codegen's buffers and offsets; the meta region the binder stages holds exactly the
+tables codegen's player fills; every launch passes the exact pointer (base + byte offset + element offset)
+and fixed-width scalar values, then the hidden null pointers; and the whole engine (one arena, meta staged,
+launches in order) run through the Triton interpreter gives the player's logits bit for bit."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import torch.fx
+from flidec.ir.errors import ArtifactError
+from flidec.ir.program import Bucket
+from flidec.runtime.buffers import DeviceBuffers, MetaStage, PlanArg, recording_from_json
+from flidec.runtime.launch import HIDDEN_PARAMS, CompiledKernel, pack_args
+from flidec.runtime.meta import Read, Segment, Stream, build_meta
+from flidec.runtime.program import GraphEngine, _padded
+
+BUCKET = Bucket("b0", rows=128, segments=6, depth=3, reads=4, labels=5)
+
+
+def forked():
+    segs = (Segment(0, 66, 0, -1, 0), Segment(66, 4, 66, 0, 1), Segment(70, 7, 66, 0, 1))
+    reads = (Read(69, (5, 6, 7)), Read(76, (9, 10, 11, 12, 13)))
+    tokens = torch.randint(0, 5000, (77,), generator=torch.Generator().manual_seed(1))
+    return tokens, build_meta(segs, reads, 77)
+
+
+def record(checkpoint):
+    from flidec.codegen import recording
+    from flidec.passes import fuse_pointwise, label_head, lower_forks, trim_reads  # noqa: F401 (register)
+    from flidec.passes.manager import run
+
+    from flidec.models.qwen3_5 import Qwen35
+
+    module = Qwen35.from_pretrained(checkpoint, torch.bfloat16)
+    lowered = run(torch.fx.symbolic_trace(module), ["label_head", "lower_forks", "trim_reads", "fuse_pointwise"]).ir
+    rec = recording.record(lowered, BUCKET)
+    weights = {k: v.detach() for k, v in module.named_parameters(remove_duplicate=False)}
+    return rec, weights
+
+
+def fake_records(rec) -> dict[str, CompiledKernel]:
+    """Kernel records with the recorded specs' parameters (no cubin: nothing is launched for real)."""
+    return {k.key: CompiledKernel(k.name, "sm_90", b"", tuple((n, t) for n, t in k.signature if t != "constexpr"),
+                                  k.constexprs, (), k.num_warps, k.num_stages, 0, "3.6.0") for k in rec.kernels}
+
+
+class RecordingLauncher:
+    def __init__(self) -> None:
+        self.loaded: list[str] = []
+        self.launched: list = []
+
+    def load(self, kernel: CompiledKernel) -> object:
+        self.loaded.append(kernel.name)
+        return kernel.name
+
+    def launch(self, handle: object, launch) -> None:
+        self.launched.append((handle, launch))
+
+
+@pytest.fixture(scope="module")
+def recorded(tiny_checkpoint):
+    rec, weights = record(tiny_checkpoint)
+    from flidec.codegen.recording import write_recording
+
+    return rec, recording_from_json(json.loads(write_recording(rec))), weights
+
+
+def test_plan_is_codegens_recording(recorded) -> None:
+    rec, plan, _ = recorded
+    assert plan.bucket == rec.bucket and plan.arena_bytes == rec.arena_bytes and plan.output == rec.output
+    assert [(b.name, b.region, b.dtype, b.shape, b.offset, b.fill) for b in plan.buffers] == \
+        [(b.name, b.region, b.dtype, b.shape, b.offset, b.fill) for b in rec.buffers]
+    assert [(s.kernel, s.grid, len(s.args)) for s in plan.steps] == [(s.kernel, s.grid, len(s.args)) for s in rec.steps]
+    assert not plan.missing
+
+
+def test_staged_meta_is_what_the_player_fills(recorded) -> None:
+    from flidec.codegen.recording import fill_tables
+
+    rec, plan, _ = recorded
+    tokens, meta = forked()
+    stage = MetaStage(plan)
+    stage.fill(tokens, meta)
+    want = fill_tables(rec, tokens, meta)
+    assert {b.name for b in plan.meta} == set(want)
+    for b in plan.meta:
+        start = b.offset - stage.lo
+        got = stage.host[start : start + b.nbytes].view(b.torch_dtype).view(b.shape)
+        assert torch.equal(got, want[b.name].to(b.torch_dtype)), b.name
+    arena = torch.zeros(plan.arena_bytes, dtype=torch.uint8)
+    stage.copy_to(arena)
+    assert torch.equal(arena[stage.lo : stage.hi], stage.host)
+    too_big = build_meta((Segment(0, 200, 0, -1, 0),), (), 200)
+    with pytest.raises(ValueError, match="does not fit bucket b0"):
+        stage.fill(torch.zeros(200, dtype=torch.int64), too_big)
+
+
+def test_launches_pass_exact_pointers_and_scalars(recorded) -> None:
+    rec, plan, weights = recorded
+    kernels = fake_records(rec)
+    launcher = RecordingLauncher()
+    engine = GraphEngine({"t/b0": plan}, kernels, weights, torch.device("cpu"), launcher, graphs=False)
+    assert sorted(launcher.loaded) == sorted(k.name for k in kernels.values())
+    arena = engine.buffers.arena.data_ptr()
+    launches = engine.launches["t/b0"]
+    assert len(launches) == len(rec.steps)
+    by_name = {b.name: b for b in rec.buffers}
+    for step, (handle, launch) in zip(rec.steps, launches):
+        spec = next(k for k in rec.kernels if k.key == step.kernel)
+        assert handle == spec.name and launch.grid == tuple(step.grid) + (1,) * (3 - len(step.grid))
+        assert launch.args[-HIDDEN_PARAMS:] == (0,) * HIDDEN_PARAMS
+        for a, value in zip(step.args, launch.args[:-HIDDEN_PARAMS], strict=True):
+            if a.scalar:
+                assert type(value) is {"i32": np.int32, "fp32": np.float32}[a.scalar] and value == \
+                    np.dtype(type(value)).type(a.value)
+                continue
+            b = by_name[a.buffer]
+            size = torch.empty((), dtype=getattr(torch, {"bf16": "bfloat16", "fp32": "float32", "i64": "int64",
+                                                         "i32": "int32"}[b.dtype])).element_size()
+            base = arena + b.offset if b.region in ("meta", "activation") else engine.buffers.tensors[b.name].data_ptr()
+            assert value == base + a.offset * size, (step.node, a.buffer)
+    engine.run("t", BUCKET, _padded(Stream(*forked()), BUCKET.rows))
+    assert len(launcher.launched) == len(rec.steps)
+
+
+def test_mismatched_arguments_are_refused(recorded) -> None:
+    rec, _, _ = recorded
+    k = next(iter(fake_records(rec).values()))
+    scalar = PlanArg("", 0, (), (), "i32", 3)
+    tensor = PlanArg("tokens", 0, (1,), (1,), "", None)
+    pointer = next(i for i, (_, t) in enumerate(k.params) if t.startswith("*"))
+    args = [tensor if t.startswith("*") else scalar for _, t in k.params]
+    args[pointer] = scalar
+    with pytest.raises(ArtifactError, match="is a pointer, the recording passes a scalar"):
+        pack_args(k, args, lambda a: 0, "step 0")
+    with pytest.raises(ArtifactError, match="arguments for"):
+        pack_args(k, args[:-1], lambda a: 0, "step 0")
+
+
+def test_weights_must_match_the_plan(recorded) -> None:
+    _, plan, _ = recorded
+    with pytest.raises(ArtifactError, match="the weights have no tensor"):
+        DeviceBuffers({"t/b0": plan}, {}, torch.device("cpu"))
+
+
+INTERPRETED = """
+import json, sys, torch
+sys.path.insert(0, sys.argv[2])
+from test_launch import BUCKET, forked, record, fake_records
+from flidec.codegen import eager
+from flidec.codegen.recording import JIT_KERNELS, play, write_recording
+from flidec.runtime.buffers import recording_from_json
+from flidec.runtime.meta import Stream
+from flidec.runtime.program import GraphEngine, _padded
+assert eager.interpreting()
+rec, weights = record(sys.argv[1])
+plan = recording_from_json(json.loads(write_recording(rec)))
+DT = {"*bf16": torch.bfloat16, "*fp32": torch.float32, "*i64": torch.int64, "*i32": torch.int32}
+
+class Interpreter:
+    storages = []
+    def load(self, kernel):
+        return kernel
+    def launch(self, kernel, launch):
+        args = []
+        for (name, typ), value in zip(kernel.params, launch.args):
+            if not typ.startswith("*"):
+                args.append(value.item())
+                continue
+            t = next(s for s in self.storages if s.data_ptr() <= value < s.data_ptr() + s.numel() * s.element_size())
+            flat = t.reshape(-1).view(torch.uint8)[value - t.data_ptr():]
+            size = torch.empty((), dtype=DT[typ]).element_size()
+            args.append(flat[: flat.numel() // size * size].view(DT[typ]))
+        eager.launch(JIT_KERNELS[kernel.name], launch.grid, *args, device=torch.device("cpu"),
+                     **dict(kernel.constexprs))
+
+launcher = Interpreter()
+engine = GraphEngine({"t/b0": plan}, fake_records(rec), weights, torch.device("cpu"), launcher, graphs=False)
+launcher.storages = [engine.buffers.arena, *engine.buffers.tensors.values()]
+tokens, meta = forked()
+got = engine.run("t", BUCKET, _padded(Stream(tokens, meta), BUCKET.rows))
+want = play(rec, tokens, meta, weights)[: len(meta.reads)]
+print(json.dumps({"equal": bool(torch.equal(got, want)), "finite": bool(torch.isfinite(got[:, :3]).all())}))
+"""
+
+
+def test_engine_under_the_interpreter_equals_the_player(tiny_checkpoint) -> None:
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    here = os.path.dirname(__file__)
+    run = subprocess.run([sys.executable, "-c", INTERPRETED, str(tiny_checkpoint), here], env=env,
+                         capture_output=True, text=True, timeout=600, check=False)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert json.loads(run.stdout.strip().splitlines()[-1]) == {"equal": True, "finite": True}

@@ -1,0 +1,121 @@
+"""Program on a cpu artifact: answers and logits equal `flidec run`'s reference executor bit for bit (same
+dtype), packing never changes an instance's logits (E1), per-row errors never stop a run, `flidec run
+ARTIFACT` writes the same results, and the queue routes each caller's answer back to it."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+import torch.fx
+from flidec.ir.errors import ArtifactError, InstanceError
+from flidec.runtime.binder import bind
+from flidec.runtime.program import load
+from flidec.runtime.serve import Server
+
+from flidec.cli import main
+from flidec.frontend import load_spec
+from flidec.run import Answerer, Summary
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def sample() -> list[dict]:
+    return [json.loads(line) for line in (EXAMPLES / "systemone.jsonl").read_text(encoding="utf-8").splitlines()]
+
+
+def question(i: int) -> dict:
+    kinds = [{"type": "noul", "instructions": f"Is {i} even?"},
+             {"type": "choice", "instructions": "Pick one.", "criteria": {"red": None, "blue": "the sea"}},
+             {"type": "score", "instructions": "How big?", "criteria": ["small", "medium", "large"]}]
+    return {"state": f"Instance number {i} talks about colours.", "questions": {f"q{i}": kinds[i % 3]}}
+
+
+@pytest.fixture(scope="module")
+def program(systemone_cpu_artifact):
+    return load(systemone_cpu_artifact, "cpu", dtype="fp32", served_name="jev")
+
+
+@pytest.fixture(scope="module")
+def answerer(tiny_checkpoint):
+    spec, _ = load_spec(EXAMPLES / "systemone.flide")
+    return Answerer(spec, spec.trees[0], str(tiny_checkpoint), "cpu", "fp32", "jev")
+
+
+def test_answers_equal_flidec_run(program, answerer) -> None:
+    instances = sample()
+    assert program.run(instances) == answerer.answer(instances, 8192, Summary())
+    assert program.run(instances)[3] == {"error": {"type": "InstanceError",
+                                                   "problems": ["questions: 0 questions, expected 1 to 64"]}}
+
+
+def test_logits_equal_the_reference_executor_bitwise(program, answerer) -> None:
+    instances = sample()[:3]
+    got = program.label_logits(instances)
+    for inst, logits in zip(instances, got):
+        bound = bind(answerer.tree, [inst], answerer.fmt)
+        want = answerer.executor.run_stream(bound.stream)
+        assert torch.equal(logits, want), "the runtime's logits differ from flidec run's"
+
+
+def test_packing_never_changes_an_instance(program) -> None:
+    instances = [question(i) for i in range(7)]
+    together = program.label_logits(instances)
+    streams = program.stats.streams
+    program.label_logits(instances)
+    assert program.stats.streams == streams + 1  # all seven shared one stream
+    for i, inst in enumerate(instances):
+        (alone,) = program.label_logits([inst])
+        assert torch.equal(alone, together[i])
+    reordered = program.label_logits(instances[::-1])
+    assert all(torch.equal(a, b) for a, b in zip(reordered, together[::-1]))
+
+
+def test_bad_rows_are_errors_in_place(program) -> None:
+    over = {"state": "x", "questions": {f"q{i}": {"type": "noul"} for i in range(65)}}
+    results = program.run([question(0), "not an object", over, question(1)])
+    assert results[0]["answers"]["q0"]["type"] == "noul" and results[3]["answers"]["q1"]["type"] == "choice"
+    assert results[1]["error"]["type"] == "InstanceError" and results[2]["error"]["type"] == "InstanceError"
+    errors = program.label_logits(["not an object"])
+    assert isinstance(errors[0], InstanceError)
+
+
+def test_cli_runs_an_artifact_like_a_spec(systemone_cpu_artifact, answerer, tmp_path) -> None:
+    assert main(["run", str(systemone_cpu_artifact), "--out", str(tmp_path / "a"), "--instances",
+                 str(EXAMPLES / "systemone.jsonl"), "--served-name", "jev", "--quiet"]) == 0
+    lines = (tmp_path / "a" / "results.jsonl").read_text(encoding="utf-8").splitlines()
+    want = answerer.answer(sample(), 8192, Summary())
+    assert [json.loads(line) for line in lines] == json.loads(json.dumps(want))
+    summary = json.loads((tmp_path / "a" / "summary.json").read_text())
+    assert summary["answered"] == 3 and summary["failed"] == 1 and summary["questions"] > 0
+
+
+def test_refuses_what_it_cannot_run(systemone_cpu_artifact, tmp_path) -> None:
+    with pytest.raises(ArtifactError, match="not an artifact"):
+        load(tmp_path, "cpu")
+    program = load(systemone_cpu_artifact, "cpu", served_name="jev")
+    with pytest.raises(Exception, match="no tree `nope`"):
+        program.run([question(0)], tree="nope")
+
+
+def test_queue_routes_each_answer_to_its_caller(program) -> None:
+    want = {i: program.run([question(i)])[0] for i in range(12)}
+    got: dict[int, dict] = {}
+    with Server(program, max_batch=8, max_wait_s=0.05) as server:
+        def call(i: int) -> None:
+            got[i] = server.answer(question(i), timeout=120)
+
+        threads = [threading.Thread(target=call, args=(i,)) for i in range(12)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        batches = server.batches
+        assert server.answer("not an object", timeout=60)["error"]["type"] == "InstanceError"
+    assert got == want
+    assert batches < 12  # callers shared replays
+    with pytest.raises(RuntimeError, match="closed"):
+        server.submit(question(0))
