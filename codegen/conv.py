@@ -1,7 +1,7 @@
 """Fork conv: Qwen3.5's depthwise causal conv + SiLU over each row's path, one Triton kernel.
 
 Consumes x [T, C] (any dtype, channels contiguous), the depthwise weight [C, CONV_TAPS] and the conv_taps
-table of codegen/gdn_tables.py (per row: the rows of its CONV_TAPS - 1 predecessors on its path, then
+table of runtime/tables.py (per row: the rows of its CONV_TAPS - 1 predecessors on its path, then
 itself; -1 reads zeros, and a row whose own entry is -1 is padding); produces out [T, C] in x's dtype,
 written only at segment rows. One program per (BLOCK_R rows, BLOCK_C channels) tile; each row gathers its
 taps by index, so a branch's first rows read its parent's last rows across the fork point.
@@ -17,8 +17,8 @@ import torch
 import triton
 import triton.language as tl
 from flidec.codegen import eager
-from flidec.codegen.gdn_tables import conv_taps
 from flidec.runtime.meta import CONV_TAPS, StreamMeta
+from flidec.runtime.tables import conv_taps
 
 
 @dataclass(frozen=True, slots=True)

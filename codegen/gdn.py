@@ -2,7 +2,7 @@
 
 Consumes q/k [T, Hk, Dk], v [T, Hv, Dv], the log-decay g and write strength beta [T, Hv] (fp32; or, with the
 gate fused, the raw projections a and b in the model dtype plus A_log and dt_bias), the GdnTables of
-codegen/gdn_tables.py and a buffer of fp32 state slots [slots, Hv, Dk, Dv]; produces out [T, Hv, Dv] in v's
+runtime/tables.py and a buffer of fp32 state slots [slots, Hv, Dk, Dv]; produces out [T, Hv, Dv] in v's
 dtype, written only at segment rows, and the state slots that deeper levels start from.
 One launch per tree level, one program per (work item, value head, block of BLOCK_V value columns): the
 program loads its segment's fp32 state at the aligned chunk start (from a slot, or zeros), then walks
@@ -25,9 +25,9 @@ import torch
 import triton
 import triton.language as tl
 from flidec.codegen import eager
-from flidec.codegen.gdn_tables import ITEM_FIELDS, GdnTables, gdn_tables
 from flidec.runtime.meta import CHUNK, StreamMeta
 from flidec.runtime.reference.ops import L2_EPS
+from flidec.runtime.tables import ITEM_FIELDS, GdnTables, gdn_tables
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +84,7 @@ def fork_gdn_kernel(
     g_ptr, beta_ptr,  # fp32 g and beta [T, Hv]; with FUSED_GATE the raw projections a and b
     a_log_ptr, dt_bias_ptr,  # [Hv], read only with FUSED_GATE
     out_ptr,
-    items_ptr,  # int32 [items, NUM_FIELDS] (codegen/gdn_tables.py)
+    items_ptr,  # int32 [items, NUM_FIELDS] (runtime/tables.py)
     tails_ptr,  # int32 [items, CHUNK]
     slots_ptr,  # fp32 [slots, HV, DK, DV]
     item_base,  # i32: this level's first item
@@ -264,7 +264,7 @@ def fork_gdn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
     With `a_log` and `dt_bias`, g and beta are the raw projections a and b and the kernel computes
     g = -exp(A_log) * softplus(a + dt_bias) and beta = sigmoid(b) itself. `out` defaults to a NaN-filled
     tensor, so rows the kernel does not write stay NaN; `slots` (see `slot_buffer`) receives the states at
-    the chunk boundaries deeper segments start from, in the slots of gdn_tables.state_slots.
+    the chunk boundaries deeper segments start from, in the slots of tables.state_slots.
     """
     fused = a_log is not None
     if fused != (dt_bias is not None) or (fused and {a_log.dtype, dt_bias.dtype} != {g.dtype}):

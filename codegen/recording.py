@@ -24,7 +24,9 @@ from typing import Any
 
 import torch
 import torch.fx
-from flidec.codegen import attention, conv, gdn, gdn_tables, gemm, pointwise, tables
+from flidec.codegen import attention, conv, gdn, gemm, pointwise
+from flidec.runtime import tables
+
 from flidec.codegen.pointwise import KernelCall
 from flidec.ir.program import Bucket
 from flidec.passes import graph
@@ -222,13 +224,13 @@ def _gdn(ctx: EmitContext, out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, 
          g: torch.Tensor, beta: torch.Tensor, segments: torch.Tensor) -> list[KernelCall]:
     """One launch per tree level (bucket.depth), each over `per_level = bucket.segments` work items: the
     Bucket bounds only the total segment count, and one level may hold all of them (packed roots). The state
-    slots (one per bucket segment, gdn_tables.state_slots numbers them) are scratch shared by every GDN
+    slots (one per bucket segment, tables.state_slots numbers them) are scratch shared by every GDN
     layer: each layer writes a slot at a level before any deeper level reads it."""
     b = ctx.bucket
     spec = gdn.gdn_spec(q, k, v, g, beta, out, fused_gate=False)
     per_level = b.segments
     capacity = f"per_level={per_level},slots={b.segments}"
-    items = ctx.table("gdn_items", (b.depth * per_level, len(gdn_tables.ITEM_FIELDS)), torch.int32,
+    items = ctx.table("gdn_items", (b.depth * per_level, len(tables.ITEM_FIELDS)), torch.int32,
                       f"gdn_items({capacity})")
     tails = ctx.table("gdn_tails", (b.depth * per_level, CHUNK), torch.int32, f"gdn_tails({capacity})")
     slots = ctx.scratch("gdn_state_slots", (b.segments, spec.num_v_heads, spec.key_dim, spec.value_dim),
@@ -332,7 +334,7 @@ def record(gm: torch.fx.GraphModule, bucket: Bucket) -> Recording:
     """Plan the launches of a lowered (and fused) graph for `bucket`."""
     if not graph.is_lowered(gm):
         raise ValueError("record needs a lowered graph (run lower_forks first)")
-    inputs = {b.name: torch.empty(b.shape, dtype=b.dtype, device="meta") for b in graph.meta_buffers(bucket)}
+    inputs = {b.name: torch.empty(b.shape, dtype=b.dtype, device="meta") for b in tables.meta_buffers(bucket)}
     runner = _MetaRun(gm)
     env: dict[torch.fx.Node, Any] = {}
     ctx = EmitContext(bucket)

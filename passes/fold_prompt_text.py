@@ -1,6 +1,6 @@
 """fold_prompt_text: tree IR -> segment-template IR, every piece the spec or the format fixes pre-tokenized.
 
-Consumes a verified Spec and the context's format (flidec.formats.next_token, built on the model's
+Consumes a verified Spec and the context's format (flidec.runtime.next_token, built on the model's
 tokenizer); produces ir/template.Templates: per tree, the segments the binder would cut (the root: chat
 header + state; each run of texts after a branch point; each fork branch; each ask's block) with constant
 texts, constant question lines, option lines, reply instructions and the footer/generation prompt as token
@@ -29,8 +29,7 @@ from flidec.ir.template import (
 )
 from flidec.ir.tree import Ask, Bound, Fork, Node, Spec, Text, Tree
 from flidec.passes.manager import register
-
-from flidec.formats.next_token import REPLY, SEP, NextTokenFormat
+from flidec.runtime.next_token import REPLY, SEP, NextTokenFormat
 
 JOIN = 1  # tokens one junction between two separately counted texts may add (see module doc)
 

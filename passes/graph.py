@@ -22,14 +22,7 @@ from flidec.ir.program import Bucket
 from flidec.passes.manager import LEVELS, register_level
 from flidec.runtime.meta import Segment, StreamMeta, build_meta
 from flidec.runtime.reference import ops
-from flidec.runtime.tables import (  # noqa: F401 (the static meta buffers live with the runtime's fill rules)
-    META_BUFFERS,
-    PADDING_LEVEL,
-    SEGMENT_FIELDS,
-    MetaBuffer,
-    meta_buffers,
-    static_tables,
-)
+from flidec.runtime.tables import PADDING_LEVEL, static_tables
 
 # ---- the ops passes insert (leaf calls; bodies are the reference) -------------------------------------------
 

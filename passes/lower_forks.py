@@ -2,7 +2,7 @@
 
 Consumes a model graph taking `(tokens, meta)` (after label_head, so nothing reads a meta field other than
 the buffers below); produces one taking `(tables)`: `tables[name]` for each static buffer of
-graph.meta_buffers (tokens, positions, conv_prev, segments, read_rows, read_labels, read_nlabels), one
+runtime/tables.meta_buffers (tokens, positions, conv_prev, segments, read_rows, read_labels, read_nlabels), one
 node per buffer, read by `fork_conv_static(x, w, conv_prev)`, `fork_attention_static(q, k, v, segments)`
 and `fork_gdn_static(..., segments)`. Those buffer names are what the recording turns into arena offsets
 and the binder fills before each replay. Numerics unchanged (the static ops' bodies call the reference
@@ -16,7 +16,6 @@ import operator
 import torch.fx
 from flidec.ir.errors import FlideError
 from flidec.passes.graph import (
-    META_BUFFERS,
     copy_module,
     finish,
     fork_attention_static,
@@ -25,6 +24,7 @@ from flidec.passes.graph import (
     op_name,
     placeholder,
 )
+from flidec.runtime.tables import META_BUFFERS
 from flidec.passes.manager import register
 
 # fork op -> (its lowered form, the static buffer that replaces its meta argument)

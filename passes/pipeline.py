@@ -15,8 +15,7 @@ from flidec.ir.template import Sizes
 from flidec.ir.tree import Spec
 from flidec.passes import bucket_topologies, dedup_prefixes, fold_prompt_text, layout, levels, verify  # noqa: F401
 from flidec.passes.manager import Options, run
-
-from flidec.formats.next_token import NextTokenFormat
+from flidec.runtime.next_token import NextTokenFormat
 
 TREE_PIPELINE = (
     "verify",  # tree -> tree: the spec verifier, then the format's label check

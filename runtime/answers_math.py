@@ -4,7 +4,7 @@ Consumes one read's label logits (float32 values, one per label, in label order)
 produces the answer object of its kind with plain Python floats. Probabilities are the softmax over the
 labels only, computed in float64 from the float32 logits; confidences follow TypeSafe's reference formulas.
 Ties go to the first option (argmax), so an answer never depends on anything but the logits and options.
-The one implementation: flidec.formats.answers re-exports it (the runtime imports no compiler package).
+The one implementation: flidec.runtime.answers_math re-exports it (the runtime imports no compiler package).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The binder and packer: instances of a tree -> token pieces -> one packed Stream, and reads -> answers.
 
 Consumes a tree (flidec.ir.tree), instances in its JSON form and a format implementing BindFormat
-(flidec.formats.next_token does; runtime/ never imports formats); produces a Bound: the Stream (built with
+(flidec.runtime.next_token does; runtime/ never imports formats); produces a Bound: the Stream (built with
 runtime.meta.build_meta) and, per read, the instance and answer path it belongs to. Segments: an instance's
 root holds its state (and the texts before its first ask or fork); each run of texts after a branch point,
 each fork branch and each ask's question block is a child segment; empty pieces get no segment. Segments
@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import torch
-
 from flidec.ir.errors import InstanceError
 from flidec.ir.instance import takes_key, validate_instance
 from flidec.ir.tree import Ask, Fork, Node, Text, Tree

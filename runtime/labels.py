@@ -2,7 +2,7 @@
 
 Consumes a literal text encoder (`encode`) and the generation prompt's plain tail (the text after its
 last special token); produces, per ask kind and option count, the label strings shown in the prompt and
-the token id each is read at. The one implementation (flidec.formats.labels re-exports it). A label's token is the one token that `tail + label`, encoded, adds to
+the token id each is read at. The one implementation (flidec.runtime.labels re-exports it). A label's token is the one token that `tail + label`, encoded, adds to
 `tail` encoded; anything else (two tokens, a changed prefix) makes the label unusable.
 
 The labels, decided once here:

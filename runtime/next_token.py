@@ -17,7 +17,7 @@ regex holds a newline followed by non-whitespace, nothing composes with a newlin
 before a special token. Rendering rule that keeps it so: continuing and branch texts lose their leading
 whitespace, and a text that is then empty is left out together with its separator. The state stays as is
 (it shares its piece with the template prefix). User text never becomes special tokens (ChatTokenizer.encode).
-The one implementation: the runtime binds with it, flidec.formats.next_token re-exports it.
+The one implementation: the runtime binds with it, flidec.runtime.next_token re-exports it.
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ the bucket's fixed sizes, so one recorded launch sequence (a CUDA graph) replays
 - the fork attention's `query_tiles` and `path_levels`, the fork conv's `conv_taps`, the forked Gated
   DeltaNet's work items and tail rows (`gdn_tables`; int32).
 A recording names each meta buffer's rule in its `fill` field ("query_tiles(block_m=64)",
-"gdn_items(per_level=8,slots=8)"); `fill_meta` applies the rules. This is the one implementation: codegen
-(codegen/tables.py, codegen/gdn_tables.py) and the graph passes (passes/graph.py) re-export it, so the
+"gdn_items(per_level=8,slots=8)"); `fill_meta` applies the rules. This is the one implementation: the
+kernels' launchers (codegen/), the recording player and the graph passes import it from here, so the
 runtime fills exactly what codegen's player fills, and imports nothing but torch and flidec.ir/runtime.
 Relies on the segment-tree property of StreamMeta (runtime/meta.py): along a path the levels' first
 positions ascend, a child begins at its parent's end, and a descendant starting from a segment's recurrent

@@ -3,7 +3,8 @@
 `tiny_checkpoint`: a tiny Qwen3.5 directory (Qwen3_5ForCausalLM layout, bf16 weights, seed 0, the real
 tokenizer and chat template) from flidec.testing.make_checkpoint. `tiny_conditional_checkpoint`: the same
 text weights under Qwen3_5ForConditionalGeneration naming, plus vision and mtp tensors to skip.
-`qwen_tokenizer`: flidec's ModelTokenizer for `tiny_checkpoint`; `hf_qwen_tokenizer`: transformers'
+`qwen_tokenizer`: flidec's ModelTokenizer for `tiny_checkpoint`; `fmt`: the next_token format over it;
+`hf_qwen_tokenizer`: transformers'
 AutoTokenizer for it (what vLLM would use; slow to load, so shared). Treat all of them as read-only.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from flidec.runtime.next_token import NextTokenFormat
 
 from flidec.models.tokenizer import ModelTokenizer, load_tokenizer
 from flidec.testing.make_checkpoint import make_checkpoint
@@ -31,6 +33,12 @@ def tiny_conditional_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Pat
 @pytest.fixture(scope="session")
 def qwen_tokenizer(tiny_checkpoint: Path) -> ModelTokenizer:
     return load_tokenizer(tiny_checkpoint)
+
+
+@pytest.fixture(scope="session")
+def fmt(qwen_tokenizer: ModelTokenizer) -> NextTokenFormat:
+    """The next_token format over `qwen_tokenizer`."""
+    return NextTokenFormat(qwen_tokenizer)
 
 
 @pytest.fixture(scope="session")

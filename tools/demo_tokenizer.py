@@ -14,10 +14,10 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
+from flidec.runtime.next_token import NextTokenFormat
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers, trainers
 from tokenizers.models import BPE
 
-from flidec.formats.next_token import NextTokenFormat
 from flidec.models.tokenizer import ModelTokenizer, load_tokenizer
 from flidec.testing.tokenizer import CHAT_TEMPLATE
 

@@ -32,7 +32,7 @@ sys.path.insert(0, str(TOOLS))
 def ensure_flidec() -> None:
     """Make `flidec` and its mapped subpackages importable from the checkout when it is not installed."""
     try:
-        import flidec.formats.next_token  # noqa: F401
+        import flidec.runtime.next_token  # noqa: F401
         return
     except ImportError:
         for name in [m for m in sys.modules if m == "flidec" or m.startswith("flidec.")]:

@@ -3,9 +3,9 @@ to its class and checks the spec's options (`format next_token(style="vllm")`)."
 
 from __future__ import annotations
 
-from flidec.formats.next_token import ChatTokenizer, NextTokenFormat
 from flidec.ir.errors import Diagnostic, SpecError
 from flidec.ir.tree import Format
+from flidec.runtime.next_token import ChatTokenizer, NextTokenFormat
 
 FORMATS = {"next_token": NextTokenFormat}
 OPTIONS = {"next_token": {"style": ("vllm",)}}  # option -> allowed values; the first is the default

@@ -14,7 +14,6 @@ from collections.abc import Callable, Mapping
 
 import torch
 import torch.fx
-
 from flidec.runtime.meta import Stream
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from flidec.codegen import aot, tables
+from flidec.codegen import aot
+from flidec.runtime import tables
 from flidec.codegen.attention import AttentionSpec, fork_attention_kernel
 from flidec.codegen.gemm import GemmSpec, gemm_kernel
 from flidec.runtime.meta import Segment, build_meta

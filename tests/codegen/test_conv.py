@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 from flidec.codegen.conv import fork_conv
-from flidec.codegen.gdn_tables import conv_taps
+from flidec.runtime.tables import conv_taps
 from flidec.runtime.meta import CONV_TAPS
 from flidec.runtime.reference import ops
 from flidec.runtime.reference.forests import Node, pack_forest, path_stream

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 from flidec.codegen.gdn import fork_gdn, slot_buffer
-from flidec.codegen.gdn_tables import gdn_tables, state_slots
+from flidec.runtime.tables import gdn_tables, state_slots
 from flidec.runtime.meta import CHUNK, StreamMeta
 from flidec.runtime.reference import ops
 from flidec.runtime.reference.forests import Node, pack_forest, path_nodes, path_stream

@@ -9,7 +9,7 @@ import torch
 from flidec.codegen import aot
 from flidec.codegen.conv import ConvSpec, fork_conv_kernel
 from flidec.codegen.gdn import GdnSpec, fork_gdn_kernel, slot_buffer
-from flidec.codegen.gdn_tables import conv_taps, gdn_tables
+from flidec.runtime.tables import conv_taps, gdn_tables
 from flidec.runtime.reference import ops
 from flidec.runtime.reference.forests import pack_forest, path_stream
 from flidec.runtime.reference.tolerance import TOLERANCE

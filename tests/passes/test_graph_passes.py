@@ -16,6 +16,7 @@ from flidec.ir.program import Bucket
 from flidec.passes import fuse_pointwise, graph, label_head, lower_forks, trim_reads  # noqa: F401 (register)
 from flidec.passes.manager import PassError, run
 from flidec.runtime.meta import Read, Segment, build_meta
+from flidec.runtime.tables import META_BUFFERS
 
 from flidec.models.qwen3_5 import Qwen35
 
@@ -91,7 +92,7 @@ def test_lowered_graph_reads_only_static_buffers(traced) -> None:
     inputs = [n.target for n in lowered.graph.nodes if n.op == "placeholder"]
     assert inputs == ["tables"]
     read = sorted(n.args[1] for n in lowered.graph.nodes if n.name.startswith("meta_"))
-    assert read == sorted(graph.META_BUFFERS)
+    assert read == sorted(META_BUFFERS)
 
 
 def test_fork_lowering_before_the_label_head_is_refused(traced) -> None:

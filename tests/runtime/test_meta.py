@@ -2,7 +2,6 @@
 
 import pytest
 import torch
-
 from flidec.runtime.meta import CHUNK, Read, Segment, build_meta, linear_stream, path_row
 
 

@@ -4,8 +4,8 @@ capacities, and a clear refusal when a stream does not fit."""
 from __future__ import annotations
 
 import pytest
-from flidec.codegen.gdn_tables import ITEM_FIELDS, gdn_tables, state_slots
 from flidec.runtime.reference.forests import pack_forest
+from flidec.runtime.tables import ITEM_FIELDS, gdn_tables, state_slots
 
 
 def small_forest():

@@ -6,15 +6,25 @@ from __future__ import annotations
 import json
 
 import pytest
+from flidec.ir.errors import InstanceError, ModelError, SpecError
+from flidec.ir.tree import (
+    Ask,
+    AskType,
+    Bound,
+    ChoiceOptions,
+    Fork,
+    Format,
+    NoulCriteria,
+    Range,
+    ScoreLevels,
+    State,
+    Tree,
+)
+from flidec.runtime.next_token import NextTokenFormat
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from flidec.formats import make_format
-from flidec.formats.next_token import NextTokenFormat
-from flidec.ir.errors import InstanceError, ModelError, SpecError
-from flidec.ir.tree import (
-    Ask, AskType, Bound, ChoiceOptions, Fork, Format, NoulCriteria, Range, ScoreLevels, State, Tree,
-)
 from flidec.models.tokenizer import ChatPieces
 
 NOUL = AskType("noul", Range(2, 2))

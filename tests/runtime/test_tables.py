@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from flidec.codegen import tables
+from flidec.runtime import tables
 from flidec.runtime.meta import Segment, StreamMeta, build_meta, path_row
 from hypothesis import given, settings
 from hypothesis import strategies as st

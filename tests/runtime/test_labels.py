@@ -5,8 +5,7 @@ from __future__ import annotations
 import string
 
 import pytest
-
-from flidec.formats.labels import MAX_CHOICE, LabelError, LabelTable
+from flidec.runtime.labels import MAX_CHOICE, LabelError, LabelTable
 
 
 def test_qwen_labels_are_the_tokens_they_add_after_the_generation_prompt(qwen_tokenizer) -> None:
