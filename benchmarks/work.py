@@ -15,10 +15,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from benchmarks.workloads import Workload
 from flidec.ir.tree import Tree
 from flidec.runtime.binder import BindFormat, bind
-
-from benchmarks.workloads import Workload
 
 Forest = tuple[tuple[int, tuple[int, ...]], ...]  # (parent index in the forest or -1, token ids), tree order
 

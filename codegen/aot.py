@@ -20,14 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from flidec.ir.errors import FlideError
-from flidec.runtime.launch import (  # noqa: F401 (the record and its reader live with the runtime that launches it)
-    HIDDEN_PARAMS,
-    CompiledKernel,
-    read_kernel,
-)
-from flidec.runtime.launch import (
-    canonical as _canonical,
-)
+from flidec.runtime.launch import CompiledKernel
+from flidec.runtime.launch import canonical as _canonical
 
 MAX_SHARED = {90: 232448}  # opt-in dynamic shared memory per block, bytes, by compute capability
 _SCALAR_TYPES = {"i1", "i8", "i16", "i32", "i64", "u1", "u8", "u16", "u32", "u64", "fp16", "bf16", "fp32", "fp64"}

@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+import flidec
 from flidec.codegen import aot
 from flidec.codegen.recording import Recording, write_recording
 from flidec.ir.errors import ArtifactError
@@ -27,8 +29,7 @@ from flidec.ir.program import Program
 from flidec.ir.program_printer import print_program
 from flidec.ir.serde import spec_to_json
 from flidec.ir.tree import Spec
-
-import flidec
+from flidec.runtime.launch import CompiledKernel
 
 FORMAT = 1
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "chat_template.json",
@@ -44,7 +45,7 @@ class ArtifactInputs:
     model_dir: Path
     target: str  # "sm_90" or "cpu"
     recordings: Mapping[tuple[str, str], Recording]  # (tree, bucket) -> recording; empty for cpu
-    kernels: Mapping[str, aot.CompiledKernel]  # KernelSpec key -> compiled kernel
+    kernels: Mapping[str, CompiledKernel]  # KernelSpec key -> compiled kernel
     bundle_weights: bool = False
 
 
@@ -138,7 +139,7 @@ def _versions(target: str) -> dict[str, str]:
     return {"flidec": flidec.__version__, "torch": torch.__version__.split("+")[0], "triton": triton.__version__}
 
 
-def _kernel_summary(k: aot.CompiledKernel, digest: str) -> dict[str, Any]:
+def _kernel_summary(k: CompiledKernel, digest: str) -> dict[str, Any]:
     return {"name": k.name, "digest": digest, "num_warps": k.num_warps, "shared": k.shared,
             "constexprs": dict(k.constexprs)}
 

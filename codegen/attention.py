@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
+
 from flidec.codegen import eager
 from flidec.runtime import tables
 from flidec.runtime.meta import StreamMeta

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
+
 from flidec.codegen import eager
 from flidec.runtime.meta import CHUNK, StreamMeta
 from flidec.runtime.reference.ops import L2_EPS

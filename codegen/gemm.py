@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
+
 from flidec.codegen import eager
 
 

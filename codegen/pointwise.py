@@ -19,6 +19,7 @@ from typing import Any
 import torch
 import triton
 import triton.language as tl
+
 from flidec.codegen import eager
 
 DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", torch.int64: "i64",

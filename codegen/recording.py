@@ -24,12 +24,12 @@ from typing import Any
 
 import torch
 import torch.fx
-from flidec.codegen import attention, conv, gdn, gemm, pointwise
-from flidec.runtime import tables
 
+from flidec.codegen import attention, conv, gdn, gemm, pointwise
 from flidec.codegen.pointwise import KernelCall
 from flidec.ir.program import Bucket
 from flidec.passes import graph
+from flidec.runtime import tables
 from flidec.runtime.meta import CHUNK, StreamMeta
 from flidec.runtime.tables import FillRequest, fill_meta
 

@@ -36,6 +36,7 @@ from flidec.models.weights import resolve_model
 from flidec.passes import fuse_pointwise, label_head, lower_forks, trim_reads  # noqa: F401 (registers them)
 from flidec.passes.manager import Options, run
 from flidec.passes.pipeline import TREE_PIPELINE, CompileContext
+from flidec.runtime.launch import CompiledKernel, read_kernel
 
 GRAPH_PIPELINE = ("label_head", "lower_forks", "trim_reads", "fuse_pointwise")
 TARGETS = ("sm_90", "cpu")
@@ -74,7 +75,7 @@ def compile_artifact(spec_path: str | Path, model: str | Path, target: str, out:
 
     program = run(spec, TREE_PIPELINE, CompileContext(fmt=fmt), level="tree", options=options(TREE_PIPELINE)).ir
     recordings: dict[tuple[str, str], Recording] = {}
-    kernels: dict[str, aot.CompiledKernel] = {}
+    kernels: dict[str, CompiledKernel] = {}
     compiled = 0
     if target != "cpu":
         traced = torch.fx.symbolic_trace(Qwen35(TextConfig.from_dir(model_dir), GPU_DTYPE))
@@ -107,12 +108,12 @@ def _only(spec: Spec, tree: str | None) -> Spec:
     return dataclasses.replace(spec, trees=chosen)
 
 
-def _compile(spec: KernelSpec, target: str, cache: Path | None) -> tuple[aot.CompiledKernel, bool]:
+def _compile(spec: KernelSpec, target: str, cache: Path | None) -> tuple[CompiledKernel, bool]:
     """The compiled kernel of `spec`, from the cache when it holds it (cache entries: `<target>-<key>` ->
     the record's digest)."""
     entry = cache / f"{target}-{spec.key}" if cache is not None else None
     if entry is not None and entry.exists():
-        return aot.read_kernel(cache, entry.read_text().strip()), False
+        return read_kernel(cache, entry.read_text().strip()), False
     kernel = aot.compile_kernel(JIT_KERNELS[spec.name], dict(spec.signature), dict(spec.constexprs), target=target,
                                 num_warps=spec.num_warps, num_stages=spec.num_stages)
     if entry is not None:

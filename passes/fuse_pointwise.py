@@ -20,6 +20,7 @@ import operator
 
 import torch
 import torch.fx
+
 from flidec.ir.errors import FlideError
 from flidec.passes.graph import (
     add_rms_norm,

@@ -18,6 +18,7 @@ from types import SimpleNamespace
 import torch
 import torch.fx
 import torch.nn.functional as F
+
 from flidec.ir.program import Bucket
 from flidec.passes.manager import LEVELS, register_level
 from flidec.runtime.meta import Segment, StreamMeta, build_meta

@@ -10,6 +10,7 @@ what trim_reads hoists into the last layer. Numerics unchanged: the answers are 
 from __future__ import annotations
 
 import torch.fx
+
 from flidec.ir.errors import FlideError
 from flidec.passes.graph import copy_module, finish, gather_rows, op_name
 from flidec.passes.graph import label_head as label_head_op

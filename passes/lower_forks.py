@@ -14,6 +14,7 @@ from __future__ import annotations
 import operator
 
 import torch.fx
+
 from flidec.ir.errors import FlideError
 from flidec.passes.graph import (
     copy_module,
@@ -24,8 +25,8 @@ from flidec.passes.graph import (
     op_name,
     placeholder,
 )
-from flidec.runtime.tables import META_BUFFERS
 from flidec.passes.manager import register
+from flidec.runtime.tables import META_BUFFERS
 
 # fork op -> (its lowered form, the static buffer that replaces its meta argument)
 LOWERED = {

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 
 import torch.fx
+
 from flidec.ir.errors import FlideError
 from flidec.passes.graph import copy_module, finish, gather_rows, op_name
 from flidec.passes.manager import register

@@ -9,6 +9,7 @@ wire="systemone" tree, a System One response. The answer objects themselves come
 from __future__ import annotations
 
 import torch
+
 from flidec.runtime.binder import Bound, Shape
 
 

@@ -4,7 +4,7 @@ Consumes an artifact directory written by codegen/artifact.py (layout in docs/AR
 manifest (a dict) once every listed file exists with its recorded sha256, the format and flidec version are
 this runtime's, and the target is the one asked for; otherwise raises ArtifactError with a one-line reason.
 Imports only the standard library and flidec.ir / flidec.runtime, so a production box needs no compiler;
-the kernel records are read with their own hashes by codegen.aot.read_kernel's runtime twin (later work).
+the kernel records are read, with their own hashes, by runtime/launch.read_kernel.
 """
 
 from __future__ import annotations
@@ -14,11 +14,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from flidec.ir.errors import ArtifactError
-
 from flidec import (
     __version__ as RUNTIME_VERSION,  # an artifact of any other flidec is refused (no promise yet)
 )
+from flidec.ir.errors import ArtifactError
 
 FORMAT = 1
 

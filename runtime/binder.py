@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import torch
+
 from flidec.ir.errors import InstanceError
 from flidec.ir.instance import takes_key, validate_instance
 from flidec.ir.tree import Ask, Fork, Node, Text, Tree

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
 from flidec.ir.errors import ArtifactError
 from flidec.ir.program import Bucket
 from flidec.runtime.meta import StreamMeta

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
+
 from flidec.ir.errors import ArtifactError
 
 HIDDEN_PARAMS = 2  # Triton 3.6 appends global-scratch and profile-scratch pointers to every kernel

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import torch
+
 from flidec.ir.errors import ArtifactError, FlideError, InstanceError
 from flidec.ir.instance import validate_instance
 from flidec.ir.program import Bucket, TreeProgram
@@ -67,9 +68,9 @@ class ReferenceEngine:
 
     def __init__(self, model_dir: Path, dtype: torch.dtype, device: torch.device):
         import torch.fx
-        from flidec.runtime.reference.executor import ReferenceExecutor
 
         from flidec.models.qwen3_5 import Qwen35
+        from flidec.runtime.reference.executor import ReferenceExecutor
 
         module = Qwen35.from_pretrained(model_dir, dtype).to(device)
         self.executor = ReferenceExecutor(torch.fx.symbolic_trace(module))

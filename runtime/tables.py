@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import torch
+
 from flidec.ir.program import Bucket
 from flidec.runtime.meta import CHUNK, CONV_TAPS, StreamMeta
 

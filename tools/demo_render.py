@@ -19,12 +19,12 @@ from pathlib import Path
 import numpy as np
 from demo_data import KINDS, NOISE, Example, generate
 from demo_domains import DOMAINS
+
 from flidec.ir.defaults import DEFAULT_CRITERIA, DEFAULT_INSTRUCTIONS
 from flidec.ir.instance import render_value
 from flidec.ir.tree import Ask, AskType, Range
-from flidec.runtime.next_token import REPLY, NextTokenFormat
-
 from flidec.models.tokenizer import ModelTokenizer, load_tokenizer
+from flidec.runtime.next_token import REPLY, NextTokenFormat
 
 CHUNK = 2000
 SEED_STRIDE = 1_000_003

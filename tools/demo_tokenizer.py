@@ -14,11 +14,11 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
-from flidec.runtime.next_token import NextTokenFormat
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers, trainers
 from tokenizers.models import BPE
 
 from flidec.models.tokenizer import ModelTokenizer, load_tokenizer
+from flidec.runtime.next_token import NextTokenFormat
 from flidec.testing.tokenizer import CHAT_TEMPLATE
 
 # Qwen3.5's split: contractions, letter runs with one leading non-letter, single digits, punctuation runs,

@@ -31,9 +31,9 @@ class FlidecReference:
 
     def load(self, model_dir: Path, device: str) -> dict:
         import torch.fx
-        from flidec.runtime.reference.executor import ReferenceExecutor
 
         from flidec.models.qwen3_5 import Qwen35
+        from flidec.runtime.reference.executor import ReferenceExecutor
 
         self.device = device
         model = Qwen35.from_pretrained(model_dir, self.dtype).to(device)

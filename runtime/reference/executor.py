@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 
 import torch
 import torch.fx
+
 from flidec.runtime.meta import Stream
 
 

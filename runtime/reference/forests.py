@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+
 from flidec.runtime.meta import Read, Segment, Stream, build_meta, linear_stream
 
 Node = tuple[int, Sequence[int]]  # (parent node index or -1, token ids)

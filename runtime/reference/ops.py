@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
+
 from flidec.runtime.meta import CHUNK, CONV_TAPS, StreamMeta
 
 ROW_TILE = 16  # rows per row-wise tile (GEMMs, norms, gates)

@@ -14,8 +14,10 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from flidec.codegen import aot
 from flidec.ir.errors import ArtifactError
+from flidec.runtime.launch import read_kernel
 
 # Qwen3.5-0.8B shapes: 8 q heads sharing 2 kv heads of dim 256, q and its gate interleaved per head in one
 # projection (row stride 2 * 8 * 256), hidden 1024, MLP 3584.
@@ -76,7 +78,7 @@ def built(tmp_path_factory) -> tuple[Path, dict]:
 @pytest.mark.parametrize("name", ["attention", "gemm"])
 def test_kernels_compile_for_sm90_with_launch_metadata(built, name) -> None:
     directory, report = built
-    k = aot.read_kernel(directory, report[name]["digest"])
+    k = read_kernel(directory, report[name]["digest"])
     signature = report[name]["signature"]
     assert k.target == "sm_90" and k.triton_version == "3.6.0"
     assert k.name in ("fork_attention_kernel", "gemm_kernel") and k.name.encode() in k.cubin
@@ -101,26 +103,27 @@ def test_kernel_needing_global_scratch_is_refused(built) -> None:
 
 def test_record_round_trips_and_corruption_is_refused(built, tmp_path) -> None:
     directory, report = built
-    k = aot.read_kernel(directory, report["gemm"]["digest"])
+    k = read_kernel(directory, report["gemm"]["digest"])
     digest = aot.write_kernel(k, tmp_path)
-    assert digest == report["gemm"]["digest"] and aot.read_kernel(tmp_path, digest) == k
+    assert digest == report["gemm"]["digest"] and read_kernel(tmp_path, digest) == k
 
     cubin = tmp_path / f"{digest}.cubin"
     data = bytearray(cubin.read_bytes())
     data[len(data) // 2] ^= 0xFF
     cubin.write_bytes(bytes(data))
     with pytest.raises(ArtifactError, match="cubin does not match its hash"):
-        aot.read_kernel(tmp_path, digest)
+        read_kernel(tmp_path, digest)
     meta = tmp_path / f"{digest}.json"
     meta.write_text(meta.read_text().replace('"num_warps":8', '"num_warps":4'))
     with pytest.raises(ArtifactError, match="metadata does not match"):
-        aot.read_kernel(tmp_path, digest)
+        read_kernel(tmp_path, digest)
     with pytest.raises(ArtifactError, match="cannot read"):
-        aot.read_kernel(tmp_path, "0" * 64)
+        read_kernel(tmp_path, "0" * 64)
 
 
 def test_compile_kernel_checks_its_inputs() -> None:
     import torch
+
     from flidec.codegen import eager
     from flidec.codegen.gemm import GemmSpec, gemm_kernel
 

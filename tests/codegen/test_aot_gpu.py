@@ -6,10 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+
 from flidec.codegen import aot
-from flidec.runtime import tables
 from flidec.codegen.attention import AttentionSpec, fork_attention_kernel
 from flidec.codegen.gemm import GemmSpec, gemm_kernel
+from flidec.runtime import tables
+from flidec.runtime.launch import HIDDEN_PARAMS, CompiledKernel
 from flidec.runtime.meta import Segment, build_meta
 from flidec.runtime.reference.tolerance import TOLERANCE
 
@@ -18,7 +20,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 _NUMPY = {"i32": np.int32, "i64": np.int64, "fp32": np.float32}
 
 
-def launch_cubin(k: aot.CompiledKernel, grid: tuple[int, ...], *args) -> None:
+def launch_cubin(k: CompiledKernel, grid: tuple[int, ...], *args) -> None:
     from cuda.bindings import driver
     from cuda.core import Device, LaunchConfig, ObjectCode, Stream, launch
 
@@ -35,7 +37,7 @@ def launch_cubin(k: aot.CompiledKernel, grid: tuple[int, ...], *args) -> None:
     values = []
     for (name, typ), a in zip(k.params, args, strict=True):
         values.append(a.data_ptr() if typ.startswith("*") else _NUMPY[typ](a))
-    values += [0] * aot.HIDDEN_PARAMS
+    values += [0] * HIDDEN_PARAMS
     stream = Stream.from_handle(torch.cuda.current_stream().cuda_stream)
     launch(stream, LaunchConfig(grid=grid, block=(k.threads, 1, 1), shmem_size=k.shared), kernel, *values)
     torch.cuda.synchronize()

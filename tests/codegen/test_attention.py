@@ -10,6 +10,7 @@ import math
 
 import pytest
 import torch
+
 from flidec.codegen.attention import fork_attention
 from flidec.runtime.meta import Segment, StreamMeta, build_meta
 from flidec.runtime.reference import ops

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from flidec.codegen.gdn import fork_gdn, slot_buffer
-from flidec.runtime.tables import gdn_tables, state_slots
 from flidec.runtime.meta import CHUNK, StreamMeta
 from flidec.runtime.reference import ops
 from flidec.runtime.reference.forests import Node, pack_forest, path_nodes, path_stream
 from flidec.runtime.reference.tolerance import TOLERANCE
+from flidec.runtime.tables import gdn_tables, state_slots
 
 # (parent, length): three levels, several roots; lengths 0, 1, 63, 64, 65; fork points on and off CHUNK
 # (65, 128, 129, 64, 1, 71), a child of an empty segment, a straddling chunk that starts at position 0.

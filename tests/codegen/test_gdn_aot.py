@@ -14,7 +14,9 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from flidec.codegen import aot
+from flidec.runtime.launch import read_kernel
 
 # 0.8B linear attention: 16 key and 16 value heads of 128, q/k/v read in place from the conv output
 # [T, 2 * 16 * 128 + 16 * 128]; g and beta fp32 [T, 16] (fused: the projections a, b in bf16).
@@ -73,7 +75,7 @@ def built(tmp_path_factory) -> tuple[Path, dict]:
 @pytest.mark.parametrize("name", ["gdn", "gdn_fused", "conv"])
 def test_gdn_and_conv_kernels_compile_for_sm90(built, name) -> None:
     directory, report = built
-    k = aot.read_kernel(directory, report[name]["digest"])
+    k = read_kernel(directory, report[name]["digest"])
     signature = report[name]["signature"]
     assert k.name == ("fork_conv_kernel" if name == "conv" else "fork_gdn_kernel")
     assert k.cubin[:4] == b"\x7fELF"

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from flidec.codegen import aot
 from flidec.codegen.conv import ConvSpec, fork_conv_kernel
 from flidec.codegen.gdn import GdnSpec, fork_gdn_kernel, slot_buffer
-from flidec.runtime.tables import conv_taps, gdn_tables
+from flidec.runtime.launch import CompiledKernel
 from flidec.runtime.reference import ops
 from flidec.runtime.reference.forests import pack_forest, path_stream
 from flidec.runtime.reference.tolerance import TOLERANCE
+from flidec.runtime.tables import conv_taps, gdn_tables
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
@@ -21,7 +23,7 @@ CONV_DIM = 3 * H * D
 
 
 @pytest.fixture(scope="module")
-def kernels() -> tuple[aot.CompiledKernel, aot.CompiledKernel]:
+def kernels() -> tuple[CompiledKernel, CompiledKernel]:
     strides = ((CONV_DIM, D), (CONV_DIM, D), (CONV_DIM, D), (2 * H, 1), (2 * H, 1), (H * D, D))
     gdn = GdnSpec(torch.bfloat16, torch.bfloat16, torch.bfloat16, H, H, D, D, True, strides)
     conv = ConvSpec(torch.bfloat16, torch.bfloat16, CONV_DIM, (CONV_DIM, 4, CONV_DIM))

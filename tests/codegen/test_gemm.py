@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from flidec.codegen.gemm import linear
 from flidec.runtime.reference import ops
 from flidec.runtime.reference.tolerance import TOLERANCE

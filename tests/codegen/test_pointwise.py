@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+
 from flidec.codegen import pointwise as pw
 from flidec.passes import graph
 from flidec.runtime.reference import ops

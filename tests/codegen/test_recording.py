@@ -11,14 +11,14 @@ import json
 import pytest
 import torch
 import torch.fx
+
 from flidec.codegen import recording
 from flidec.ir.program import Bucket
+from flidec.models.qwen3_5 import Qwen35
 from flidec.passes import fuse_pointwise, graph, label_head, lower_forks, trim_reads  # noqa: F401 (register)
 from flidec.passes.manager import run
 from flidec.runtime.meta import Read, Segment, build_meta, linear_stream
 from flidec.runtime.reference.tolerance import TOLERANCE
-
-from flidec.models.qwen3_5 import Qwen35
 
 PIPELINE = ["label_head", "lower_forks", "trim_reads", "fuse_pointwise"]
 BUCKET = Bucket("b0", rows=96, segments=6, depth=3, reads=4, labels=5)

@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from flidec.ir.printer import print_spec
 
 from flidec.frontend import load_spec, parse_spec
 from flidec.frontend.layout import layout_of
+from flidec.ir.printer import print_spec
 
 ROOT = Path(__file__).parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.flide"))

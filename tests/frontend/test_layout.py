@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from flidec.ir.printer import print_spec
-
 from flidec.frontend import parse_spec
 from flidec.frontend.layout import layout_of
+from flidec.ir.printer import print_spec
 
 MESSY = """\
 // header comment

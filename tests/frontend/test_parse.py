@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+
+from flidec.frontend import parse_spec
 from flidec.ir.defaults import DEFAULT_CRITERIA, DEFAULT_INSTRUCTIONS
 from flidec.ir.errors import SpecError
 from flidec.ir.tree import (
@@ -19,8 +21,6 @@ from flidec.ir.tree import (
     State,
     Text,
 )
-
-from flidec.frontend import parse_spec
 
 HEAD = 'model qwen3_5\nformat next_token(style="vllm")\n'
 

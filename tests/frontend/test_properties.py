@@ -5,6 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from flidec.frontend import parse_spec
+from flidec.frontend.layout import layout_of
 from flidec.ir.errors import FlideError
 from flidec.ir.instance import instance_schema
 from flidec.ir.printer import print_spec
@@ -25,11 +30,6 @@ from flidec.ir.tree import (
     Tree,
 )
 from flidec.ir.verify import verify
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
-from flidec.frontend import parse_spec
-from flidec.frontend.layout import layout_of
 
 EXAMPLES = [p.read_text() for p in sorted((Path(__file__).parents[2] / "examples").glob("*.flide"))]
 FAST = settings(max_examples=150, deadline=2000, suppress_health_check=[HealthCheck.too_slow])

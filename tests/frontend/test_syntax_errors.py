@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from flidec.ir.errors import SpecError
 
 from flidec.frontend import parse_spec
+from flidec.ir.errors import SpecError
 
 H = 'model qwen3_5\nformat next_token(style="vllm")\n'
 

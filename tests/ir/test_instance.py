@@ -6,10 +6,10 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from flidec.ir.errors import InstanceError
-from flidec.ir.instance import instance_schema, validate_instance
 
 from flidec.frontend import parse_spec
+from flidec.ir.errors import InstanceError
+from flidec.ir.instance import instance_schema, validate_instance
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 

@@ -7,10 +7,10 @@ from dataclasses import fields, is_dataclass
 from pathlib import Path
 
 import pytest
-from flidec.ir.errors import SpecError
-from flidec.ir.serde import spec_from_json, spec_to_json
 
 from flidec.frontend import parse_spec
+from flidec.ir.errors import SpecError
+from flidec.ir.serde import spec_from_json, spec_to_json
 
 EXAMPLES = sorted((Path(__file__).parents[2] / "examples").glob("*.flide"))
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+
+from flidec.frontend import parse_spec
 from flidec.ir.errors import SpecError
 from flidec.ir.tree import Ask, AskType, Bound, ChoiceOptions, Loc, NoulCriteria, Range, ScoreLevels, Text
 from flidec.ir.verify import MAX_FORK_DEPTH, check, level_tokens, verify
-
-from flidec.frontend import parse_spec
 
 HEAD = 'model qwen3_5\nformat next_token(style="vllm")\n'
 

@@ -7,14 +7,14 @@ import shutil
 
 import pytest
 import torch
-from flidec.ir.errors import ModelError
-from flidec.runtime.meta import linear_stream
 from qwen_tiny import TINY
 from safetensors.torch import load_file, save_file
 
+from flidec.ir.errors import ModelError
 from flidec.models.config import TextConfig
 from flidec.models.qwen3_5 import Qwen35
 from flidec.models.weights import load_weights
+from flidec.runtime.meta import linear_stream
 
 
 @pytest.mark.parametrize("length", [1, 63, 64, 65, 130])

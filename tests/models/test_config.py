@@ -3,9 +3,9 @@
 import json
 
 import pytest
-from flidec.ir.errors import ModelError
 from qwen_tiny import TINY
 
+from flidec.ir.errors import ModelError
 from flidec.models.config import FULL, LINEAR, TextConfig
 from flidec.models.weights import resolve_model
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from flidec.passes.pipeline import CompileContext
 
 from flidec.formats import make_format
 from flidec.frontend import load_spec
 from flidec.frontend.parser import parse_spec
+from flidec.passes.pipeline import CompileContext
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 GOLDEN = Path(__file__).resolve().parent / "golden"

@@ -8,6 +8,7 @@ import random
 from dataclasses import replace
 
 import pytest
+
 from flidec.ir.program import ROW_ALIGN
 from flidec.ir.program_printer import parse_program, print_program
 from flidec.ir.template import Sizes, segments_preorder, worst_sizes

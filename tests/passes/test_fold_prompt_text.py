@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+
 from flidec.ir.printer import print_spec
 from flidec.ir.program_printer import parse_templates, print_templates
 from flidec.ir.template import Const, SegmentTemplate, Slot, Templates, worst_sizes

@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 import torch
 import torch.fx
+
 from flidec.ir.program import Bucket
+from flidec.models.qwen3_5 import Qwen35
 from flidec.passes import fuse_pointwise, graph, label_head, lower_forks, trim_reads  # noqa: F401 (register)
 from flidec.passes.manager import PassError, run
 from flidec.runtime.meta import Read, Segment, build_meta
 from flidec.runtime.tables import META_BUFFERS
-
-from flidec.models.qwen3_5 import Qwen35
 
 GOLDEN = Path(__file__).parent / "golden"
 PIPELINE = ["label_head", "lower_forks", "trim_reads", "fuse_pointwise"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 
 import pytest
+
 from flidec.passes import manager
 from flidec.passes.manager import Options, PassError, register, register_level, run
 

@@ -6,6 +6,7 @@ import json
 import math
 
 import pytest
+
 from flidec.runtime.answers_math import choice_answer, noul_answer, score_answer, softmax
 
 LN2, LN3, LN4 = math.log(2), math.log(3), math.log(4)

@@ -10,16 +10,16 @@ import zlib
 
 import pytest
 import torch
-from flidec.ir.defaults import DEFAULT_CRITERIA, DEFAULT_INSTRUCTIONS
-from flidec.ir.errors import InstanceError
-from flidec.ir.tree import Ask, AskType, Bound, Fork, NoulCriteria, Range, ScoreLevels, State, Text, Tree
-from flidec.runtime.answers import assemble
-from flidec.runtime.binder import bind, bind_one, plain_streams
-from flidec.runtime.next_token import NextTokenFormat
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from flidec.ir.defaults import DEFAULT_CRITERIA, DEFAULT_INSTRUCTIONS
+from flidec.ir.errors import InstanceError
+from flidec.ir.tree import Ask, AskType, Bound, Fork, NoulCriteria, Range, ScoreLevels, State, Text, Tree
 from flidec.models.tokenizer import ModelTokenizer
+from flidec.runtime.answers import assemble
+from flidec.runtime.binder import bind, bind_one, plain_streams
+from flidec.runtime.next_token import NextTokenFormat
 
 
 def encode_chat(tok: ModelTokenizer, content: str) -> list[int]:

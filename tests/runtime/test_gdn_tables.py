@@ -4,6 +4,7 @@ capacities, and a clear refusal when a stream does not fit."""
 from __future__ import annotations
 
 import pytest
+
 from flidec.runtime.reference.forests import pack_forest
 from flidec.runtime.tables import ITEM_FIELDS, gdn_tables, state_slots
 

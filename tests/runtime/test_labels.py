@@ -5,6 +5,7 @@ from __future__ import annotations
 import string
 
 import pytest
+
 from flidec.runtime.labels import MAX_CHOICE, LabelError, LabelTable
 
 

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 import torch.fx
+
 from flidec.ir.errors import ArtifactError
 from flidec.ir.program import Bucket
 from flidec.runtime.buffers import DeviceBuffers, MetaStage, PlanArg, recording_from_json
@@ -34,10 +35,9 @@ def forked():
 
 def record(checkpoint):
     from flidec.codegen import recording
+    from flidec.models.qwen3_5 import Qwen35
     from flidec.passes import fuse_pointwise, label_head, lower_forks, trim_reads  # noqa: F401 (register)
     from flidec.passes.manager import run
-
-    from flidec.models.qwen3_5 import Qwen35
 
     module = Qwen35.from_pretrained(checkpoint, torch.bfloat16)
     lowered = run(torch.fx.symbolic_trace(module), ["label_head", "lower_forks", "trim_reads", "fuse_pointwise"]).ir

@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+
 from flidec.runtime.meta import CHUNK, Read, Segment, build_meta, linear_stream, path_row
 
 

@@ -4,6 +4,7 @@ and every row's bits are independent of the number of rows and of the row's plac
 import pytest
 import torch
 import torch.nn.functional as F
+
 from flidec.runtime.meta import Read, Segment, build_meta
 from flidec.runtime.reference import ops
 from flidec.runtime.reference.tolerance import TOLERANCE

@@ -12,6 +12,7 @@ import random
 import pytest
 import torch
 import torch.nn.functional as F
+
 from flidec.runtime.reference import ops
 from flidec.runtime.reference.forests import pack_forest, path_nodes, path_stream
 from flidec.runtime.reference.tolerance import TOLERANCE

@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 import torch
 import torch.fx
-from flidec.ir.errors import ArtifactError, InstanceError
-from flidec.runtime.binder import bind
-from flidec.runtime.program import load
-from flidec.runtime.serve import Server
 
 from flidec.cli import main
 from flidec.frontend import load_spec
+from flidec.ir.errors import ArtifactError, InstanceError
 from flidec.run import Answerer, Summary
+from flidec.runtime.binder import bind
+from flidec.runtime.program import load
+from flidec.runtime.serve import Server
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.fx
+
 from flidec.runtime.binder import plain_streams
 from flidec.runtime.reference.tolerance import TOLERANCE
 

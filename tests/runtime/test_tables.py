@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from flidec.runtime import tables
-from flidec.runtime.meta import Segment, StreamMeta, build_meta, path_row
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from flidec.runtime import tables
+from flidec.runtime.meta import Segment, StreamMeta, build_meta, path_row
 
 
 @st.composite

@@ -6,8 +6,8 @@ import json
 import shutil
 
 import pytest
-from flidec.ir.errors import ModelError
 
+from flidec.ir.errors import ModelError
 from flidec.models.tokenizer import ChatPieces, load_tokenizer
 from flidec.testing.corpus import CORPUS
 

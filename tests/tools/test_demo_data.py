@@ -12,9 +12,9 @@ from demo_data import Example, generate, reshuffle
 from demo_domains import log, record, review
 from demo_render import systemone_ask
 from demo_vocab import ERROR_FROM, POSITIVE_FROM, PRIORITIES, SENTIMENT, SEVERITY_TAGS
-from flidec.ir.instance import validate_instance
 
 from flidec.frontend import load_spec
+from flidec.ir.instance import validate_instance
 
 
 def test_same_seed_same_examples_other_seed_others():
