@@ -13,7 +13,7 @@ against its whole prompt tokenized in one go (E3 depends on that equality).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -73,7 +73,7 @@ class Bound:
 
 
 @dataclass
-class _Plan:
+class Plan:
     """One instance's segments before packing (parents before children, local indices)."""
 
     ids: list[list[int]] = field(default_factory=list)
@@ -93,11 +93,11 @@ class _Plan:
         return [t for s in reversed(chain) for t in self.ids[s]]
 
 
-class _Walker:
+class Walker:
     def __init__(self, tree: Tree, fmt: BindFormat, verify: bool):
         self.tree, self.fmt, self.verify = tree, fmt, verify
 
-    def plan(self, instance: object) -> tuple[_Plan, Shape]:
+    def plan(self, instance: object) -> tuple[Plan, Shape]:
         name = self.tree.state.name
         if not isinstance(instance, Mapping):
             raise InstanceError(["the instance must be a JSON object"])
@@ -106,11 +106,11 @@ class _Walker:
         state = instance[name]
         if not isinstance(state, (str, Mapping, list)):
             raise InstanceError([f"{name}: must be a string, an object or an array"])
-        self.state, plan = state, _Plan()
+        self.state, plan = state, Plan()
         root = plan.segment(self.fmt.root_piece(state), -1)
         return plan, self.body(plan, self.tree.body, instance, root, True, [], "")
 
-    def body(self, plan: _Plan, nodes: tuple[Node, ...], obj: Mapping, cur: int, is_open: bool,
+    def body(self, plan: Plan, nodes: tuple[Node, ...], obj: Mapping, cur: int, is_open: bool,
              texts: list[str], prefix: str) -> dict:
         shape: dict = {}
         for node in nodes:
@@ -126,7 +126,7 @@ class _Walker:
                 shape[node.name] = self.fork(plan, node, obj, cur, texts, prefix + node.name)
         return shape
 
-    def text(self, plan: _Plan, text: str, constant: bool, cur: int, is_open: bool,
+    def text(self, plan: Plan, text: str, constant: bool, cur: int, is_open: bool,
              texts: list[str]) -> tuple[int, bool]:
         texts.append(text)
         ids = self.fmt.text_piece(text, constant)
@@ -137,7 +137,7 @@ class _Walker:
             return cur, True
         return plan.segment(ids, cur), True
 
-    def fork(self, plan: _Plan, fork: Fork, obj: Mapping, cur: int, texts: list[str], path: str) -> list:
+    def fork(self, plan: Plan, fork: Fork, obj: Mapping, cur: int, texts: list[str], path: str) -> list:
         branches = _get(obj, fork.name, list, path)
         shapes = []
         for i, branch in enumerate(branches):
@@ -151,7 +151,7 @@ class _Walker:
             shapes.append(self.body(plan, fork.body, branch, bcur, bopen, btexts, bpath + "."))
         return shapes
 
-    def ask(self, plan: _Plan, ask: Ask, obj: Mapping, cur: int, texts: list[str], path: str) -> Shape:
+    def ask(self, plan: Plan, ask: Ask, obj: Mapping, cur: int, texts: list[str], path: str) -> Shape:
         if ask.repeat is not None:
             questions = _get(obj, ask.name, Mapping, path)
             return {qid: self.read(plan, ask, q, cur, texts, f"{path}[{json.dumps(qid, ensure_ascii=False)}]")
@@ -159,7 +159,7 @@ class _Walker:
         question = _get(obj, ask.name, Mapping, path) if takes_key(ask) else None
         return self.read(plan, ask, question, cur, texts, path)
 
-    def read(self, plan: _Plan, ask: Ask, question: object, cur: int, texts: list[str], path: str) -> int:
+    def read(self, plan: Plan, ask: Ask, question: object, cur: int, texts: list[str], path: str) -> int:
         if question is not None and not isinstance(question, Mapping):
             raise InstanceError([f"{path}: a question must be an object"])
         piece = self.fmt.ask_piece(ask, question, path)
@@ -189,15 +189,26 @@ def bind(tree: Tree, instances: Sequence[object], fmt: BindFormat, *, rows: int 
 
     `rows`: pad the stream to this many rows (ValueError when the segments need more). `validate`: check
     each instance against the tree first (flidec.ir.instance, token bounds counted by the format)."""
-    walker = _Walker(tree, fmt, verify)
-    plans: list[tuple[int, _Plan]] = []
+    walker = Walker(tree, fmt, verify)
+
+    def plan_one(inst: object) -> tuple[Plan, Shape]:
+        if validate:
+            validate_instance(tree, inst, fmt.count_tokens)
+        return walker.plan(inst)
+
+    return bound_from_plans(tree, fmt, instances, plan_one, rows)
+
+
+def bound_from_plans(tree: Tree, fmt: BindFormat, instances: Sequence[object],
+                     plan_one: Callable[[object], tuple[Plan, Shape]], rows: int | None = None) -> Bound:
+    """Plan each instance with `plan_one` (its InstanceError goes to Bound.errors, the others go on) and pack
+    the plans into one stream: the one place a Bound is made, whichever walker planned the segments."""
+    plans: list[tuple[int, Plan]] = []
     shapes: list[Shape | None] = []
     errors: dict[int, InstanceError] = {}
     for i, inst in enumerate(instances):
         try:
-            if validate:
-                validate_instance(tree, inst, fmt.count_tokens)
-            plan, shape = walker.plan(inst)
+            plan, shape = plan_one(inst)
         except InstanceError as e:
             errors[i] = e
             shapes.append(None)
@@ -221,7 +232,7 @@ def bind_one(tree: Tree, instance: object, fmt: BindFormat, *, rows: int | None 
     return bound
 
 
-def _pack(plans: list[tuple[int, _Plan]], rows: int | None) -> tuple[Stream, tuple[Site, ...], list[int]]:
+def _pack(plans: list[tuple[int, Plan]], rows: int | None) -> tuple[Stream, tuple[Site, ...], list[int]]:
     """Lay the planned segments out level by level, in instance order within a level."""
     entries = []  # (level, instance order, local index)
     levels: dict[tuple[int, int], int] = {}

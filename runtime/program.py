@@ -34,7 +34,7 @@ from flidec.ir.template import Sizes
 from flidec.ir.tree import Tree
 from flidec.runtime.answers import assemble
 from flidec.runtime.artifact import load_manifest, weights_dir
-from flidec.runtime.binder import Bound, _pack, _Plan
+from flidec.runtime.binder import Bound, Plan, bound_from_plans
 from flidec.runtime.buffers import DeviceBuffers, MetaStage, RecordingPlan, read_recording
 from flidec.runtime.launch import CompiledKernel, Launch, Launcher, grid3, pack_args, read_kernel
 from flidec.runtime.meta import Stream, build_meta
@@ -139,12 +139,12 @@ class GraphEngine:
 @dataclass(frozen=True)
 class _Planned:
     index: int  # in the caller's list
-    plan: _Plan
+    plan: Plan
     shape: object
     sizes: Sizes
 
 
-def plan_sizes(plan: _Plan) -> Sizes:
+def plan_sizes(plan: Plan) -> Sizes:
     levels: list[int] = []
     for parent in plan.parents:
         levels.append(0 if parent < 0 else levels[parent] + 1)
@@ -312,13 +312,8 @@ def _groups(planned: list[_Planned], t: TreeRuntime):
 
 
 def _bind(tree: Tree, group: list[_Planned], fmt: NextTokenFormat) -> Bound:
-    """One stream of the group's plans, laid out as the binder lays out any instances (runtime/binder._pack)."""
-    stream, sites, lengths = _pack([(k, p.plan) for k, p in enumerate(group)], None)
-    input_tokens = [0] * len(group)
-    for site, n in zip(sites, lengths):
-        input_tokens[site.instance] += n
-    return Bound(stream, sites, tuple(p.shape for p in group), {}, fmt, tree.wire, stream.meta.num_rows,
-                 tuple(input_tokens))
+    """One stream of the group's already planned instances, laid out as the binder lays out any."""
+    return bound_from_plans(tree, fmt, group, lambda p: (p.plan, p.shape))
 
 
 def _padded(stream: Stream, rows: int) -> Stream:

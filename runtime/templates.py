@@ -19,7 +19,7 @@ from flidec.ir.errors import InstanceError
 from flidec.ir.instance import takes_key, validate_instance
 from flidec.ir.template import Child, Repeat, SegmentTemplate, Slot, TreeTemplate, segments_preorder
 from flidec.ir.tree import Ask, Fork, Node, Tree
-from flidec.runtime.binder import AskPieceLike, BindFormat, Bound, Shape, _pack, _Plan, _Walker
+from flidec.runtime.binder import AskPieceLike, BindFormat, Bound, Plan, Shape, Walker, bound_from_plans
 
 
 def ask_paths(tree: Tree) -> dict[str, Ask]:
@@ -42,13 +42,13 @@ class _TemplateWalker:
         self.tree, self.template, self.fmt = tree, template, fmt
         self.asks = ask_paths(tree)
 
-    def plan(self, instance: Mapping) -> tuple[_Plan, Shape]:
+    def plan(self, instance: Mapping) -> tuple[Plan, Shape]:
         self.pieces: dict[str, AskPieceLike] = {}  # per instance: ask path -> its piece (slot and read)
-        plan, shape = _Plan(), {}
+        plan, shape = Plan(), {}
         self.segment(plan, self.template.root, -1, instance, shape, "", {})
         return plan, shape
 
-    def segment(self, plan: _Plan, s: SegmentTemplate, parent: int, obj: Mapping,
+    def segment(self, plan: Plan, s: SegmentTemplate, parent: int, obj: Mapping,
                 shape: dict, prefix: str, questions: dict) -> None:
         ids: list[int] = []
         for p in s.pieces:
@@ -66,7 +66,7 @@ class _TemplateWalker:
                 shape[name] = len(plan.reads) - 1
         self.children(plan, s.children, cur, obj, shape, prefix, questions)
 
-    def children(self, plan: _Plan, cs: tuple[Child, ...], parent: int, obj: Mapping,
+    def children(self, plan: Plan, cs: tuple[Child, ...], parent: int, obj: Mapping,
                  shape: dict, prefix: str, questions: dict) -> None:
         for c in cs:
             if isinstance(c, SegmentTemplate):
@@ -135,34 +135,22 @@ def bind_template(tree: Tree, template: TreeTemplate, instances: Sequence[object
                   rows: int | None = None, validate: bool = True, verify: bool = True) -> Bound:
     """Pack every instance into one stream from `template`; an instance that fails is in Bound.errors."""
     walker = _TemplateWalker(tree, template, fmt)
-    plain = _Walker(tree, fmt, verify=True) if verify else None
-    plans: list[tuple[int, _Plan]] = []
-    shapes: list[Shape | None] = []
-    errors: dict[int, InstanceError] = {}
-    for i, inst in enumerate(instances):
-        try:
-            if validate:
-                validate_instance(tree, inst, fmt.count_tokens)
-            if not isinstance(inst, Mapping) or tree.state.name not in inst:
-                raise InstanceError([f"{tree.state.name}: missing"])
-            plan, shape = walker.plan(inst)
-            if plain is not None:
-                _check_paths(plan, plain.plan(inst)[0])
-        except InstanceError as e:
-            errors[i] = e
-            shapes.append(None)
-            continue
-        plans.append((i, plan))
-        shapes.append(shape)
-    stream, sites, lengths = _pack(plans, rows)
-    input_tokens = [0] * len(instances)
-    for site, n in zip(sites, lengths):
-        input_tokens[site.instance] += n
-    used = sum(s.length for s in stream.meta.segments)
-    return Bound(stream, sites, tuple(shapes), errors, fmt, tree.wire, used, tuple(input_tokens))
+    plain = Walker(tree, fmt, verify=True) if verify else None
+
+    def plan_one(inst: object) -> tuple[Plan, Shape]:
+        if validate:
+            validate_instance(tree, inst, fmt.count_tokens)
+        if not isinstance(inst, Mapping) or tree.state.name not in inst:
+            raise InstanceError([f"{tree.state.name}: missing"])
+        plan, shape = walker.plan(inst)
+        if plain is not None:
+            _check_paths(plan, plain.plan(inst)[0])
+        return plan, shape
+
+    return bound_from_plans(tree, fmt, instances, plan_one, rows)
 
 
-def _check_paths(plan: _Plan, reference: _Plan) -> None:
+def _check_paths(plan: Plan, reference: Plan) -> None:
     want = {path: reference.path_ids(seg) for seg, _, path in reference.reads}
     got = {path: plan.path_ids(seg) for seg, _, path in plan.reads}
     for path, ids in want.items():
