@@ -10,13 +10,12 @@ import re
 import string
 
 import numpy as np
-from demo_data import noisy_label
+from demo_data import Example, noisy_label
 from demo_domains import record
 from demo_render import encode_examples
 from demo_train import noisy_targets
 
 from flidec.models.tokenizer import load_tokenizer
-from demo_data import Example
 
 _COUNTRY_KEYS = ("country", "ship_to", "destination")
 
