@@ -63,34 +63,15 @@ def check_torch_gdn() -> None:
 
 
 def text_config(size: Size, vocab_size: int, pad_id: int, eos_id: int):
-    from transformers import Qwen3_5TextConfig
+    """The demo's Qwen3_5TextConfig: the test checkpoints' builder with the demo's own vocabulary, special
+    ids, a 4,096-token context and rope theta 10,000."""
+    from flidec.testing import make_checkpoint
 
-    rotary_pairs = size.head_dim // 4 // 2  # partial rotary 0.25
-    third = rotary_pairs // 3
-    config = Qwen3_5TextConfig(
-        vocab_size=vocab_size,
-        hidden_size=size.hidden,
-        intermediate_size=size.ffn,
-        num_hidden_layers=size.layers,
-        num_attention_heads=size.heads,
-        num_key_value_heads=size.kv_heads,
-        head_dim=size.head_dim,
-        linear_key_head_dim=size.gdn_head_dim,
-        linear_value_head_dim=size.gdn_head_dim,
-        linear_num_key_heads=size.gdn_heads,
-        linear_num_value_heads=size.gdn_heads,
-        linear_conv_kernel_dim=4,
-        tie_word_embeddings=True,
-        max_position_embeddings=4096,
-        rms_norm_eps=1e-6,
-        # text-only positions reduce M-RoPE to plain RoPE on the rotary dims; the sections must still sum
-        # to the rotary pairs for transformers' rotary module
-        rope_parameters={"rope_type": "default", "rope_theta": 10_000.0, "partial_rotary_factor": 0.25,
-                         "mrope_section": [rotary_pairs - 2 * third, third, third], "mrope_interleaved": True},
-        pad_token_id=pad_id,
-        eos_token_id=eos_id,
-        dtype="bfloat16",  # what the saved weights are
-    )
+    shape = make_checkpoint.Size(hidden=size.hidden, layers=size.layers, ffn=size.ffn, heads=size.heads,
+                                 kv_heads=size.kv_heads, head_dim=size.head_dim, gdn_key_heads=size.gdn_heads,
+                                 gdn_value_heads=size.gdn_heads, gdn_head_dim=size.gdn_head_dim, tied=True)
+    config = make_checkpoint.text_config(shape, "bf16", vocab_size=vocab_size, eos_id=eos_id, pad_id=pad_id,
+                                         max_positions=4096, rope_theta=10_000.0)
     config.architectures = ["Qwen3_5ForCausalLM"]
     return config
 

@@ -110,13 +110,16 @@ class Checkpoint:
     tensors: int
 
 
-def text_config(size: Size, dtype: str = "bf16"):
+def text_config(size: Size, dtype: str = "bf16", *, vocab_size: int = VOCAB_SIZE, eos_id: int = EOS_ID,
+                pad_id: int = PAD_ID, max_positions: int = 262_144, rope_theta: float = 10_000_000.0):
+    """transformers' Qwen3_5TextConfig for a Size (the real model's defaults; the demo model overrides its
+    vocabulary, special ids, context and rope theta)."""
     from transformers import Qwen3_5TextConfig
 
     rotary_pairs = size.head_dim // 4 // 2  # partial rotary 0.25
     third = rotary_pairs // 3
     return Qwen3_5TextConfig(
-        vocab_size=VOCAB_SIZE,
+        vocab_size=vocab_size,
         hidden_size=size.hidden,
         intermediate_size=size.ffn,
         num_hidden_layers=size.layers,
@@ -129,19 +132,19 @@ def text_config(size: Size, dtype: str = "bf16"):
         linear_num_value_heads=size.gdn_value_heads,
         linear_conv_kernel_dim=4,
         tie_word_embeddings=size.tied,
-        max_position_embeddings=262_144,
+        max_position_embeddings=max_positions,
         rms_norm_eps=1e-6,
         # Real checkpoints carry interleaved M-RoPE sections; with text-only positions (t = h = w) they
         # reduce to plain RoPE on the rotary dims, which is what flidec implements.
         rope_parameters={
             "rope_type": "default",
-            "rope_theta": 10_000_000.0,
+            "rope_theta": rope_theta,
             "partial_rotary_factor": 0.25,
             "mrope_section": [rotary_pairs - 2 * third, third, third],
             "mrope_interleaved": True,
         },
-        eos_token_id=EOS_ID,
-        pad_token_id=PAD_ID,
+        eos_token_id=eos_id,
+        pad_token_id=pad_id,
         dtype={"bf16": "bfloat16", "fp32": "float32"}[dtype],
     )
 
