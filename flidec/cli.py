@@ -189,6 +189,8 @@ def add_compile(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--bundle-weights", action="store_true", help="copy the safetensors into the artifact")
     p.add_argument("--dump-ir", action="append", default=[], metavar="after=PASS",
                    help="print the IR after PASS to stderr (repeatable)")
+    p.add_argument("--disable-pass", action="append", default=[], metavar="PASS",
+                   help="skip PASS (repeatable; only passes that keep their IR level, e.g. dedup_prefixes)")
     p.add_argument("--time-passes", action="store_true", help="print each pass's time to stderr")
     p.add_argument("--kernel-cache", metavar="DIR", help="reuse compiled kernels from DIR (and add to it)")
     p.set_defaults(run=run_compile)
@@ -196,7 +198,6 @@ def add_compile(sub: argparse._SubParsersAction) -> None:
 
 def run_compile(args: argparse.Namespace) -> int:
     from flidec.compile import compile_artifact
-    from flidec.frontend import load_spec
 
     after = []
     for d in args.dump_ir:
@@ -204,14 +205,13 @@ def run_compile(args: argparse.Namespace) -> int:
             raise FlideError(f"--dump-ir {d}: expected after=PASS")
         after.append(d[len("after="):])
     try:
-        load_spec(args.spec)
+        report = compile_artifact(args.spec, args.model, args.target, args.out, tree=args.tree,
+                                  bundle_weights=args.bundle_weights, dump_after=after,
+                                  disabled=args.disable_pass, time_passes=args.time_passes,
+                                  kernel_cache=Path(args.kernel_cache) if args.kernel_cache else None)
     except SpecError as e:
         print(e.render(), file=sys.stderr)
         return 1
-    report = compile_artifact(args.spec, args.model, args.target, args.out, tree=args.tree,
-                              bundle_weights=args.bundle_weights,
-                              dump_after=after, time_passes=args.time_passes,
-                              kernel_cache=Path(args.kernel_cache) if args.kernel_cache else None)
     print(f"{report.out}: {report.buckets} buckets, {report.kernels} kernels ({report.compiled} compiled now), "
           f"{report.bytes / 2**20:.1f} MiB in {report.seconds:.1f} s")
     return 0

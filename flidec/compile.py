@@ -34,7 +34,7 @@ from flidec.models.qwen3_5 import Qwen35
 from flidec.models.tokenizer import load_tokenizer
 from flidec.models.weights import resolve_model
 from flidec.passes import fuse_pointwise, label_head, lower_forks, trim_reads  # noqa: F401 (registers them)
-from flidec.passes.manager import Options, run
+from flidec.passes.manager import PASSES, Options, run
 from flidec.passes.pipeline import TREE_PIPELINE, CompileContext
 from flidec.runtime.launch import CompiledKernel, read_kernel
 
@@ -55,23 +55,29 @@ class CompileReport:
 
 def compile_artifact(spec_path: str | Path, model: str | Path, target: str, out: str | Path, *,
                      tree: str | None = None, bundle_weights: bool = False,
-                     dump_after: Sequence[str] = (), time_passes: bool = False, kernel_cache: Path | None = None,
-                     log: TextIO = sys.stderr) -> CompileReport:
+                     dump_after: Sequence[str] = (), disabled: Sequence[str] = (), time_passes: bool = False,
+                     kernel_cache: Path | None = None, log: TextIO | None = None) -> CompileReport:
     start = time.perf_counter()
     if target not in TARGETS:
         raise FlideError(f"unknown target {target!r} (supported: {', '.join(TARGETS)})")
-    dump = set(dump_after)
-    unknown = dump - set(TREE_PIPELINE) - set(GRAPH_PIPELINE)
-    if unknown:
-        raise FlideError(f"--dump-ir after={', '.join(sorted(unknown))}: no such pass (the passes: "
-                         f"{', '.join(TREE_PIPELINE + GRAPH_PIPELINE)})")
+    dump, skip = set(dump_after), set(disabled)
+    for flag, names in (("--dump-ir after=", dump), ("--disable-pass ", skip)):
+        unknown = names - set(TREE_PIPELINE) - set(GRAPH_PIPELINE)
+        if unknown:
+            raise FlideError(f"{flag}{', '.join(sorted(unknown))}: no such pass (the passes: "
+                             f"{', '.join(TREE_PIPELINE + GRAPH_PIPELINE)})")
+    for name in sorted(skip):
+        if PASSES[name].level_in != PASSES[name].level_out:
+            raise FlideError(f"--disable-pass {name}: it turns {PASSES[name].level_in} IR into "
+                             f"{PASSES[name].level_out} IR, which the passes after it need")
     spec, source = load_spec(spec_path)
     spec = _only(spec, tree)
     model_dir = resolve_model(str(model))
     fmt = make_format(spec.format, load_tokenizer(model_dir))
 
     def options(names: Sequence[str]) -> Options:
-        return Options(dump_after=frozenset(dump & set(names)), time_passes=time_passes, dump_to=log)
+        return Options(dump_after=frozenset(dump & set(names)), disabled=frozenset(skip & set(names)),
+                       time_passes=time_passes, dump_to=log or sys.stderr)  # read per call
 
     program = run(spec, TREE_PIPELINE, CompileContext(fmt=fmt), level="tree", options=options(TREE_PIPELINE)).ir
     recordings: dict[tuple[str, str], Recording] = {}

@@ -1,0 +1,43 @@
+"""`flidec compile` options that steer the pass manager: --disable-pass and --dump-ir."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from flidec.cli import main
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def compile_cpu(tmp_path: Path, model: Path, name: str, *extra: str) -> int:
+    return main(["compile", str(EXAMPLES / "planner.flide"), "--model", str(model), "--target", "cpu",
+                 "-o", str(tmp_path / name), *extra])
+
+
+def test_disabling_dedup_changes_the_layout_not_the_answers(tmp_path, tiny_checkpoint, capsys):
+    assert compile_cpu(tmp_path, tiny_checkpoint, "dedup") == 0
+    assert compile_cpu(tmp_path, tiny_checkpoint, "plain", "--disable-pass", "dedup_prefixes",
+                       "--dump-ir", "after=fold_prompt_text") == 0
+    assert "fold_prompt_text" in capsys.readouterr().err
+    deduped = (tmp_path / "dedup" / "program.txt").read_text()
+    plain = (tmp_path / "plain" / "program.txt").read_text()
+    assert deduped != plain
+    instance = {"history": "The agent listed the files and found a stale lock.",
+                "next_tool": {"instructions": "Which tool next?", "criteria": {"shell": None, "editor": None}},
+                "action": [{"text": "rm the lock file", "outcome": [{"text": "the build runs"}]}]}
+    src = tmp_path / "i.jsonl"
+    src.write_text(json.dumps(instance) + "\n")
+    results = []
+    for name in ("dedup", "plain"):
+        assert main(["run", str(tmp_path / name), "--instances", str(src), "--out", str(tmp_path / f"o-{name}"),
+                     "--quiet"]) == 0
+        results.append((tmp_path / f"o-{name}" / "results.jsonl").read_text())
+    assert results[0] == results[1] and '"safe"' in results[0]
+
+
+def test_pass_flags_are_checked(tmp_path, tiny_checkpoint, capsys):
+    assert compile_cpu(tmp_path, tiny_checkpoint, "a", "--disable-pass", "no_such_pass") == 1
+    assert "--disable-pass no_such_pass: no such pass" in capsys.readouterr().err
+    assert compile_cpu(tmp_path, tiny_checkpoint, "b", "--disable-pass", "fold_prompt_text") == 1
+    assert "turns tree IR into template IR" in capsys.readouterr().err
