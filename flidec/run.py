@@ -24,12 +24,13 @@ import torch.fx
 from flidec.formats import make_format
 from flidec.frontend import load_spec
 from flidec.ir.errors import FlideError, InstanceError
+from flidec.ir.instance import validate_instance
 from flidec.ir.tree import Spec, Tree
 from flidec.models.qwen3_5 import Qwen35
 from flidec.models.tokenizer import load_tokenizer
 from flidec.models.weights import resolve_model
 from flidec.runtime.answers import assemble
-from flidec.runtime.binder import bind
+from flidec.runtime.binder import Plan, Shape, Walker, bound_from_plans
 from flidec.runtime.program import error_record
 from flidec.runtime.reference.executor import ReferenceExecutor
 
@@ -92,11 +93,22 @@ class Answerer:
         self.served_name = served_name or model_dir.name
 
     def answer(self, instances: list[object], max_stream_tokens: int, summary: Summary) -> list[dict]:
-        """Answers (or error objects) for `instances`, in order."""
-        sizes = [bind(self.tree, [inst], self.fmt).rows_used for inst in instances]
+        """Answers (or error objects) for `instances`, in order. Each instance is validated and tokenized
+        once; its plan sizes it for packing and is packed as it is."""
+        walker = Walker(self.tree, self.fmt, verify=True)
+
+        def plan(inst: object) -> tuple[Plan, Shape] | InstanceError:
+            try:
+                validate_instance(self.tree, inst, self.fmt.count_tokens)
+                return walker.plan(inst)
+            except InstanceError as e:
+                return e
+
+        planned = [plan(inst) for inst in instances]
+        sizes = [0 if isinstance(p, InstanceError) else sum(map(len, p[0].ids)) for p in planned]
         out: list[dict | None] = [None] * len(instances)
         for group in _pack_greedy(sizes, max_stream_tokens):
-            bound = bind(self.tree, [instances[i] for i in group], self.fmt)
+            bound = bound_from_plans(self.tree, self.fmt, [planned[i] for i in group], _planned)
             if bound.sites:
                 logits = self.executor.run_stream(bound.stream, self.device).cpu()
                 summary.streams += 1
@@ -108,6 +120,12 @@ class Answerer:
             for k, i in enumerate(group):
                 out[i] = answers[k] if answers[k] is not None else _error(bound.errors[k])
         return out  # type: ignore[return-value]
+
+
+def _planned(p: tuple[Plan, Shape] | InstanceError) -> tuple[Plan, Shape]:
+    if isinstance(p, InstanceError):
+        raise p
+    return p
 
 
 def _pack_greedy(sizes: list[int], budget: int) -> list[list[int]]:
