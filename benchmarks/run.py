@@ -1,6 +1,6 @@
 """The side-by-side benchmark: every engine x workload on one device, one table, one JSON line.
 
-    python benchmarks/run.py --model DIR [--engines flidec-ref,flidec-solo,flide,flide-solo,hf,fp32-ref]
+    python benchmarks/run.py --model DIR [--engines flidec-ref,flidec-ref-solo,flide,flide-solo,hf,fp32-ref]
         [--workloads independent,race,mixed,lookahead,planner,quality] [--scale 1.0] [--time-budget-s 450]
         [--results-dir benchmarks/results] [--commit HASH]
 
@@ -38,7 +38,7 @@ from benchmarks.measure import Cell, measure, seconds_per_token
 from benchmarks.work import Work, prepare_work
 from benchmarks.workloads import BUILDERS, build_workload
 
-DEFAULT_ENGINES = "flidec-ref,flidec-solo,flide,flide-solo,hf,fp32-ref"
+DEFAULT_ENGINES = "flidec-ref,flidec-ref-solo,flide,flide-solo,hf,fp32-ref"
 # Cheap workloads first: an engine's first answer and its first speed estimate come from a small instance.
 DEFAULT_WORKLOADS = "independent,race,mixed,lookahead,planner,quality"
 MIN_CELL_S = 1.0
@@ -147,19 +147,26 @@ def run_engine(
     args: argparse.Namespace,
     works: dict[str, Work],
     work_errors: dict[str, str],
-    share_end: float,
+    engines_left: int,
     deadline: float,
     device: str,
     previous: Engine | None,
 ) -> tuple[dict, list[Cell], Engine | None]:
-    """Load one engine, close the previous one (after the load, so consecutive engines can share what
-    they load, e.g. flide and flide-solo one flide Engine), answer a first request, then measure every
-    workload within the engine's share. Returns the engine still open, or None when it failed to load."""
+    """Build (ahead-of-time engines) and load one engine, close the previous one (after the load, so
+    consecutive engines can share what they load, e.g. flide and flide-solo one flide Engine), answer a
+    first request, then measure every workload within the engine's share: an equal part, among the
+    `engines_left`, of the time left once it is built (a compile is not a cell's time). Returns the engine
+    still open, or None when it failed to load."""
     info: dict = {"name": name}
     cells: list[Cell] = []
     engine = None
     try:
         engine = ENGINES[name]()
+        if hasattr(engine, "build"):  # ahead of time: not part of load or load-to-first-answer
+            tb = time.perf_counter()
+            info["build"] = engine.build(args.model, list(works.values()), device)
+            info["build_s"] = time.perf_counter() - tb
+        share_end = time.perf_counter() + (deadline - time.perf_counter()) / engines_left
         t0 = time.perf_counter()
         info["facts"] = engine.load(args.model, device)
         info["load_s"] = time.perf_counter() - t0
@@ -238,9 +245,8 @@ def main(argv: list[str] | None = None) -> int:
             engines.append({"name": name, "error": "skipped: budget"})
             cells += [Cell(name, w, "skipped", "skipped: budget") for w in args.workloads]
             continue
-        share_end = now + (deadline - now) / (len(runnable) - k)
         info, engine_cells, previous = run_engine(
-            name, args, works, work_errors, share_end, deadline, device, previous
+            name, args, works, work_errors, len(runnable) - k, deadline, device, previous
         )
         engines.append(info)
         cells += engine_cells

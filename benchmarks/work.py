@@ -39,6 +39,7 @@ class Work:
     reads: tuple[Read, ...]
     reads_of: tuple[tuple[int, ...], ...]  # per instance: its reads' indices, in read order
     bind_s: float
+    source: Workload  # the spec, tree and instance JSON the ids were bound from (engines that bind themselves)
 
     @property
     def instances(self) -> int:
@@ -110,6 +111,7 @@ def prepare_work(workload: Workload, tree: Tree, fmt: BindFormat) -> Work:
         tuple(reads),
         tuple(tuple(r) for r in reads_of),
         bind_s,
+        workload,
     )
 
 

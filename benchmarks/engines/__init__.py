@@ -1,9 +1,7 @@
 """The engines the harness can run, by name. Each factory makes a fresh engine (benchmarks/engines/base.py).
 
-`flidec` is the slot for flidec's compiled runtime (issue 4: `flidec compile` artifacts loaded by
-flidec.runtime): until that runtime exists its factory raises EngineUnavailable, so asking for it gives
-an error row that says why. When it lands, its adapter goes in engines/flidec.py beside flidec_ref.py
-(load = load the artifact; prepare = bind; run = replay) and replaces the factory below.
+`flidec` is the compiled runtime (engines/flidec.py): artifacts built by `flidec compile` before its load is
+timed, answered by flidec.runtime.
 """
 
 from __future__ import annotations
@@ -13,10 +11,13 @@ from collections.abc import Callable
 from benchmarks.engines.base import Engine, EngineUnavailable
 
 
-def _flidec() -> Engine:
-    raise EngineUnavailable(
-        "flidec's compiled runtime does not exist yet (issue 4); flidec-ref runs its reference executor"
-    )
+def _flidec(solo: bool) -> Callable[[], Engine]:
+    def make() -> Engine:
+        from benchmarks.engines.flidec import FlidecCompiled
+
+        return FlidecCompiled(solo=solo)
+
+    return make
 
 
 def _flidec_ref(solo: bool) -> Callable[[], Engine]:
@@ -47,9 +48,10 @@ def _transformers(reference: bool) -> Callable[[], Engine]:
 
 
 ENGINES: dict[str, Callable[[], Engine]] = {
-    "flidec": _flidec,
+    "flidec": _flidec(solo=False),
+    "flidec-solo": _flidec(solo=True),
     "flidec-ref": _flidec_ref(solo=False),
-    "flidec-solo": _flidec_ref(solo=True),
+    "flidec-ref-solo": _flidec_ref(solo=True),
     "flide": _flide(solo=False),
     "flide-solo": _flide(solo=True),
     "hf": _transformers(reference=False),
@@ -62,11 +64,6 @@ def unavailable(name: str, device: str) -> str | None:
     still fail). The harness shares the time budget among the engines that may run."""
     import importlib.util
 
-    if name == "flidec":
-        try:
-            _flidec()
-        except EngineUnavailable as e:
-            return f"EngineUnavailable: {e}"
     if name in ("flide", "flide-solo"):
         if importlib.util.find_spec("flide") is None:
             return "EngineUnavailable: flide is not importable: not installed"
@@ -76,7 +73,7 @@ def unavailable(name: str, device: str) -> str | None:
 
 
 # fork engine -> the engine that runs the same prompts with nothing shared (fork-vs-solo speedup, bitwise)
-SOLO_OF = {"flidec-ref": "flidec-solo", "flide": "flide-solo"}
+SOLO_OF = {"flidec": "flidec-solo", "flidec-ref": "flidec-ref-solo", "flide": "flide-solo"}
 REFERENCE = "fp32-ref"
 
 __all__ = ["ENGINES", "REFERENCE", "SOLO_OF", "Engine", "EngineUnavailable", "unavailable"]

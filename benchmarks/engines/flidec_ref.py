@@ -1,10 +1,10 @@
-"""flidec-ref and flidec-solo: flidec's reference executor on the traced Qwen35, forked or not.
+"""flidec-ref and flidec-ref-solo: flidec's reference executor on the traced Qwen35, forked or not.
 
 Consumes a model directory (flidec.models.qwen3_5.Qwen35 in bf16, traced with torch.fx and run by
 flidec.runtime.reference.executor.ReferenceExecutor) and a Work; produces label logits per read.
 flidec-ref packs each instance's segment forest (the binder's segments) into streams of at most
 `max_rows` rows, several instances per stream offline: the state is computed once per instance.
-flidec-solo packs each read's whole prompt as its own root segment (nothing shared): what a generation
+flidec-ref-solo packs each read's whole prompt as its own root segment (nothing shared): what a generation
 engine without prefix sharing computes, and the plain pass E3 says every forked read equals bit for bit.
 Stream meta is built inside the timed run (host work every request needs).
 """
@@ -25,7 +25,7 @@ MAX_ROWS = 16384
 class FlidecReference:
     def __init__(self, solo: bool = False, max_rows: int = MAX_ROWS, dtype: torch.dtype = torch.bfloat16):
         self.solo, self.max_rows, self.dtype = solo, max_rows, dtype
-        self.name = "flidec-solo" if solo else "flidec-ref"
+        self.name = "flidec-ref-solo" if solo else "flidec-ref"
         self.computes = "solo" if solo else "tree"
         self.executor = None
 

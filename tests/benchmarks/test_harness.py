@@ -1,7 +1,8 @@
 """benchmarks/run.py end to end on the CPU at a tiny scale with the tiny checkpoint: every engine x workload
 gets a row, flidec's reference executor forked equals it unforked bit for bit, exactness is measured
-against fp32-ref, flide (not installed here) and the compiled-flidec slot are clean error rows, and the
-results come out as a table, a JSON file and one final JSON line."""
+against fp32-ref, the compiled flidec engines run a cpu artifact (compiled before their load is timed) and
+equal their solo runs bit for bit too, flide (not installed here) gives clean error rows, and the results
+come out as a table, a JSON file and one final JSON line."""
 
 import json
 
@@ -10,7 +11,7 @@ import torch
 
 from benchmarks.run import main
 
-ENGINES = ["flidec-ref", "flidec-solo", "hf", "fp32-ref", "flide", "flidec"]
+ENGINES = ["flidec", "flidec-solo", "flidec-ref", "flidec-ref-solo", "hf", "fp32-ref", "flide"]
 WORKLOADS = ["race", "planner"]
 
 
@@ -41,7 +42,7 @@ def test_harness_end_to_end(tiny_checkpoint, tmp_path, capsys, one_thread):
             "--scale",
             "0.02",
             "--time-budget-s",
-            "30",
+            "90",
             "--results-dir",
             str(tmp_path),
             "--commit",
@@ -57,19 +58,18 @@ def test_harness_end_to_end(tiny_checkpoint, tmp_path, capsys, one_thread):
 
     rows = {(r["engine"], r["workload"]): r for r in result["cells"]}
     assert set(rows) == {(e, w) for e in ENGINES for w in WORKLOADS}
-    for e in ("flidec-ref", "flidec-solo", "hf", "fp32-ref"):
+    for e in ("flidec", "flidec-solo", "flidec-ref", "flidec-ref-solo", "hf", "fp32-ref"):
         race = rows[e, "race"]
         assert race["status"] == "ok", race
         assert race["qps"] > 0 and race["questions"] > 0 and race["tok_s"] > 0
         assert rows[e, "planner"]["status"] in ("ok", "skipped")
     for w in WORKLOADS:
         assert rows["flide", w]["status"] == "error" and "not importable" in rows["flide", w]["error"]
-        assert rows["flidec", w]["status"] == "error" and "does not exist yet" in rows["flidec", w]["error"]
 
     exact = rows["flidec-ref", "race"]["exact"]
     assert exact["reads"] > 0 and 0 <= exact["max_dp_points"] < 100 and exact["flips"] <= exact["reads"]
-    race_cmp = [c for c in result["comparisons"] if c["workload"] == "race"]
-    assert race_cmp and race_cmp[0]["fork"] == "flidec-ref"
+    race_cmp = {c["fork"] for c in result["comparisons"] if c["workload"] == "race"}
+    assert race_cmp == {"flidec", "flidec-ref"}
     for c in result["comparisons"]:  # E3: every forked read equals its plain pass bit for bit
         assert c["bitwise_compared"] > 0 and c["bitwise_equal"] == c["bitwise_compared"], c
 
@@ -77,3 +77,4 @@ def test_harness_end_to_end(tiny_checkpoint, tmp_path, capsys, one_thread):
     assert race["sharing_ratio"] > 1 and race["plain_tokens"] > race["tree_tokens"]
     engines = {e["name"]: e for e in result["engines"]}
     assert engines["flidec-ref"]["load_to_first_answer_s"] > 0
+    assert engines["flidec"]["build"]["target"] == "cpu" and engines["flidec"]["build_s"] > 0
