@@ -155,7 +155,7 @@ def run_engine(
     """Build (ahead-of-time engines) and load one engine, close the previous one (after the load, so
     consecutive engines can share what they load, e.g. flide and flide-solo one flide Engine), answer a
     first request, then measure every workload within the engine's share: an equal part, among the
-    `engines_left`, of the time left once it is built (a compile is not a cell's time). Returns the engine
+    `engines_left`, of the time left once it has answered (a compile or a slow start is not a cell's time). Returns the engine
     still open, or None when it failed to load."""
     info: dict = {"name": name}
     cells: list[Cell] = []
@@ -166,7 +166,6 @@ def run_engine(
             tb = time.perf_counter()
             info["build"] = engine.build(args.model, list(works.values()), device)
             info["build_s"] = time.perf_counter() - tb
-        share_end = time.perf_counter() + (deadline - time.perf_counter()) / engines_left
         t0 = time.perf_counter()
         info["facts"] = engine.load(args.model, device)
         info["load_s"] = time.perf_counter() - t0
@@ -180,6 +179,7 @@ def run_engine(
             info["first_answer_s"] = time.perf_counter() - t1
             info["first_answer_workload"] = first
             info["load_to_first_answer_s"] = info["load_s"] + info["first_answer_s"]
+        share_end = time.perf_counter() + (deadline - time.perf_counter()) / engines_left
     except Exception as e:  # noqa: BLE001 -- an engine's or a workload's failure is a row, not a crash
         if not isinstance(e, EngineUnavailable):
             traceback.print_exc()

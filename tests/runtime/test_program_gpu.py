@@ -35,8 +35,10 @@ def instances() -> list[dict]:
 def artifact(tmp_path_factory, tiny_checkpoint) -> Path:
     out = tmp_path_factory.mktemp("gpu") / "systemone"
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    # cwd: not the checkout, whose flidec/ folder would shadow the installed package's mapped subpackages
     run = subprocess.run([sys.executable, "-c", BUILD, str(EXAMPLES / "systemone.flide"), str(tiny_checkpoint),
-                          str(out)], env=env, capture_output=True, text=True, timeout=900, check=False)
+                          str(out)], env=env, cwd=out.parent, capture_output=True, text=True, timeout=900,
+                         check=False)
     assert run.returncode == 0, run.stderr[-3000:]
     return out
 

@@ -1,0 +1,134 @@
+"""Where one compiled flidec request spends its time on a GPU: host work against the replay, and the
+replay's kernels by name.
+
+    python benchmarks/profile_runtime.py --model DIR [--workloads independent,race,mixed,quality] [--out FILE]
+
+Consumes a model directory (made like the harness makes it when missing) and the harness's workloads;
+compiles examples/systemone.flide for this GPU, loads it twice (CUDA graphs, and eager launches of the same
+kernels) and, for the first instance of each workload, measures (medians of 10, milliseconds): the whole
+`Program.label_logits` call (validation, binding, packing, meta fill, copy, replay, read), `run_stream` of
+the already bound stream (no binding), the meta fill alone, and the graph replay alone (CUDA events); then
+profiles one eager pass with torch.profiler (CUPTI sees cuda.core launches like any other) and lists the
+kernels by total device time. Writes the report as JSON (`--out`) and prints it. A diagnostic for the
+runtime's performance work (docs/DESIGN.md), not a benchmark: the harness's numbers are benchmarks/run.py's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.source import ensure_flidec
+
+ensure_flidec(ROOT)
+
+import torch
+
+
+def median_ms(fn, n: int = 10) -> float:
+    fn()
+    times = []
+    for _ in range(n):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return round(statistics.median(times), 3)
+
+
+def replay_ms(graph, n: int = 10) -> float:
+    graph.replay()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(n):
+        graph.replay()
+    stop.record()
+    torch.cuda.synchronize()
+    return round(start.elapsed_time(stop) / n, 3)
+
+
+def kernel_table(engine, key: str, top: int = 14) -> list[dict]:
+    from torch.profiler import ProfilerActivity, profile
+
+    engine._launch_all(key)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        engine._launch_all(key)
+        torch.cuda.synchronize()
+    rows = []
+    for e in prof.key_averages():
+        us = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0)
+        if us:
+            rows.append({"kernel": e.key[:80], "calls": e.count, "total_us": round(us, 1)})
+    rows.sort(key=lambda r: -r["total_us"])
+    return rows[:top]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python benchmarks/profile_runtime.py", description=__doc__.split("\n")[0])
+    p.add_argument("--model", required=True, type=Path)
+    p.add_argument("--workloads", default="independent,race,mixed,quality")
+    p.add_argument("--out", type=Path, default=None)
+    args = p.parse_args(argv)
+
+    from benchmarks.workloads import build_workload
+    from flidec.compile import compile_artifact
+    from flidec.models.tokenizer import load_tokenizer
+    from flidec.runtime.program import _padded, load, stream_sizes
+    from flidec.runtime.templates import bind_template
+    from flidec.testing.make_checkpoint import make_checkpoint
+
+    if not (args.model / "config.json").is_file():
+        make_checkpoint(args.model, "0.8B", seed=0, dtype="bf16")
+    major, minor = torch.cuda.get_device_capability()
+    artifact = Path(tempfile.mkdtemp(prefix="flidec-profile-")) / "systemone"
+    t0 = time.perf_counter()
+    kernels = Path(tempfile.gettempdir()) / "flidec-bench" / "kernels"  # the harness's cache: it compiles less
+    compile_artifact(ROOT / "examples" / "systemone.flide", args.model, f"sm_{major}{minor}", artifact,
+                     kernel_cache=kernels)
+    report: dict = {"compile_s": round(time.perf_counter() - t0, 1)}
+    t0 = time.perf_counter()
+    graphs = load(artifact, "cuda")
+    report["load_s"] = round(time.perf_counter() - t0, 2)
+    eager = load(artifact, "cuda", graphs=False)
+    tokenizer = load_tokenizer(args.model)
+    t = graphs.tree()
+    report["workloads"] = {}
+    for name in args.workloads.split(","):
+        inst = build_workload(name, lambda s: len(tokenizer.encode(s))).instances[0]
+        bound = bind_template(t.tree, t.program.template, [inst], graphs.fmt)
+        bucket = t.program.bucket_for(stream_sizes(bound.stream))
+        key = f"{t.tree.name}/{bucket.name}"
+        padded = _padded(bound.stream, bucket.rows)
+        stage = graphs.engine.stages[key]
+        entry = {
+            "rows": bound.stream.meta.num_rows, "bucket": bucket.name, "reads": len(bound.stream.meta.reads),
+            "label_logits_ms": median_ms(lambda: graphs.label_logits([inst])),
+            "run_stream_ms": median_ms(lambda: graphs.run_stream(bound.stream)),
+            "meta_fill_ms": median_ms(lambda: stage.fill(padded.tokens, padded.meta)),
+            "replay_ms": replay_ms(graphs.engine.graphs[key]),
+            "eager_ms": median_ms(lambda: eager.engine._launch_all(key)),
+            "launches": len(eager.engine.launches[key]),
+            "kernels": kernel_table(eager.engine, key),
+        }
+        report["workloads"][name] = entry
+        print(json.dumps({name: {k: v for k, v in entry.items() if k != "kernels"}}), flush=True)
+        for row in entry["kernels"]:
+            print(f"   {row['total_us']:>10.1f} us  {row['calls']:>4}x  {row['kernel']}", flush=True)
+    if args.out:
+        args.out.write_text(json.dumps(report, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
