@@ -29,9 +29,9 @@ from flidec.ir.program import Program
 from flidec.ir.program_printer import print_program
 from flidec.ir.serde import spec_to_json
 from flidec.ir.tree import Spec
+from flidec.runtime.artifact import FORMAT
 from flidec.runtime.launch import CompiledKernel
 
-FORMAT = 1
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "chat_template.json",
                    "special_tokens_map.json", "vocab.json", "merges.txt")
 MODEL_FILES = ("config.json", "generation_config.json")

@@ -1,20 +1,26 @@
-"""Forked Gated DeltaNet: the chunked gated delta rule over each segment's path, one Triton launch per level.
+"""Forked Gated DeltaNet: the chunked gated delta rule over each segment's path, in two kinds of launch.
 
 Consumes q/k [T, Hk, Dk], v [T, Hv, Dv], the log-decay g and write strength beta [T, Hv] (fp32; or, with the
 gate fused, the raw projections a and b in the model dtype plus A_log and dt_bias), the GdnTables of
-runtime/tables.py and a buffer of fp32 state slots [slots, Hv, Dk, Dv]; produces out [T, Hv, Dv] in v's
-dtype, written only at segment rows, and the state slots that deeper levels start from.
-One launch per tree level, one program per (work item, value head, block of BLOCK_V value columns): the
-program loads its segment's fp32 state at the aligned chunk start (from a slot, or zeros), then walks
-chunks of CHUNK absolute positions; the first gathers the ancestors' tail rows by index before the
-segment's own rows, so a branch forking inside a chunk recomputes only that chunk. Per chunk, in fp32 (the
-reference's WY/UT form): q, k L2-normalised (q also scaled), decays from the in-chunk cumulative sum of g,
-the unit lower triangular system inverted blockwise, then outputs and the state at the chunk's end; the
-state after the last full chunk goes to the item's dst slot.
+runtime/tables.py, a ChunkWork scratch (fp32, per chunk slot and value head) and a buffer of fp32 state
+slots [slots, Hv, Dk, Dv]; produces out [T, Hv, Dv] in v's dtype, written only at segment rows, and the
+state slots that deeper levels start from.
+Work items are segments; an item's chunks are CHUNK absolute positions each, the first gathering the
+ancestors' tail rows by index before the segment's own rows, so a branch forking inside a chunk recomputes
+only that chunk. The work splits as in flash-linear-attention's chunked kernels:
+- `gdn_prep_kernel`, one launch over every chunk of every level at once, one program per (chunk slot, value
+  head): all that does not depend on the state entering the chunk, in fp32 (the reference's WY/UT form):
+  q, k L2-normalised (q also scaled), decays from the in-chunk cumulative sum of g, the unit lower
+  triangular system inverted blockwise, and from it w, u, q e^cum, k e^(last - cum), the masked in-chunk
+  attention and the chunk's total decay, written to the ChunkWork;
+- `gdn_scan_kernel`, one launch per tree level, one program per (item, value head, BLOCK_V value columns):
+  the state's walk, four products per chunk, from the item's src slot (or zeros) to its outputs and, after
+  its last full chunk, its dst slot.
 Relies on (E3): a row's bits depend only on the positions at or before it on its path: every product whose
 row index precedes its column index is masked to an exact zero, positions past a segment's end load zeros,
-and chunk boundaries are absolute, so a forked stream and each path's plain stream give identical bits with
-the same tile choices (TILES) in every bucket. Value columns are independent: splitting them changes nothing.
+and chunk boundaries are absolute, so a chunk holds the same rows at the same places in a forked stream and
+in each path's plain stream and gives identical bits with the same tile choices (TILES) in every bucket.
+Value columns are independent: splitting them changes nothing.
 """
 
 from __future__ import annotations
@@ -33,21 +39,24 @@ from flidec.runtime.tables import ITEM_FIELDS, GdnTables, gdn_tables
 
 @dataclass(frozen=True, slots=True)
 class GdnTiles:
-    block_v: int  # value columns per program: the state block a program keeps in registers is Dk x block_v
-    num_warps: int
-    num_stages: int
+    block_v: int  # scan: value columns per program (its state block in registers is Dk x block_v)
+    scan_warps: int
+    prep_warps: int  # prep holds [CHUNK, Dk] and [CHUNK, Dv] fp32 tiles at once
     dot: str  # tl.dot input precision of the fp32 products
 
 
 # One tile choice per value head dim, shared by every bucket (E3). The fp32 products run as tf32x3 (three
 # tf32 tensor-core products, about fp32 accuracy): "ieee" fp32 dots fall back to FMA loops that spill badly
-# at Dk = Dv = 128 (measured for sm_90: 32 registers and a 13 KB stack frame, against 255 registers and
-# 2.7 KB with tf32x3). The interpreter computes every precision in fp32.
+# at Dk = Dv = 128 (measured for sm_90 on the one-kernel form this replaced: a 13 KB stack frame against
+# 2.7 KB with tf32x3). At Dk = Dv = 128 for sm_90 (cuobjdump): the scan with 16 value columns and 4 warps
+# spills least (344 B of stack; 32 columns 616 B, 8 warps more) and gives a single segment 8 programs per
+# value head; the prep at 8 warps has 1 KB (4 warps 1.5 KB, 16 warps 2 KB). The interpreter computes every
+# precision in fp32.
 TILES: dict[int, GdnTiles] = {
-    16: GdnTiles(block_v=16, num_warps=4, num_stages=1, dot="tf32x3"),
-    32: GdnTiles(block_v=32, num_warps=4, num_stages=1, dot="tf32x3"),
-    64: GdnTiles(block_v=64, num_warps=4, num_stages=1, dot="tf32x3"),
-    128: GdnTiles(block_v=64, num_warps=4, num_stages=1, dot="tf32x3"),
+    16: GdnTiles(block_v=16, scan_warps=4, prep_warps=4, dot="tf32x3"),
+    32: GdnTiles(block_v=16, scan_warps=4, prep_warps=4, dot="tf32x3"),
+    64: GdnTiles(block_v=16, scan_warps=4, prep_warps=8, dot="tf32x3"),
+    128: GdnTiles(block_v=16, scan_warps=4, prep_warps=8, dot="tf32x3"),
 }
 KEY_DIMS = (16, 32, 64, 128)
 
@@ -80,94 +89,138 @@ def _unit_lower_inverse(a, CHUNK: tl.constexpr, BLOCK: tl.constexpr, DOT: tl.con
 
 
 @triton.jit
-def fork_gdn_kernel(
+def gdn_prep_kernel(
     q_ptr, k_ptr, v_ptr,
     g_ptr, beta_ptr,  # fp32 g and beta [T, Hv]; with FUSED_GATE the raw projections a and b
     a_log_ptr, dt_bias_ptr,  # [Hv], read only with FUSED_GATE
-    out_ptr,
     items_ptr,  # int32 [items, NUM_FIELDS] (runtime/tables.py)
     tails_ptr,  # int32 [items, CHUNK]
-    slots_ptr,  # fp32 [slots, HV, DK, DV]
-    item_base,  # i32: this level's first item
+    chunks_ptr,  # int32 [chunks, 2]: (item, chunk of the item) per chunk slot; item -1: nothing to do
+    w_ptr, u_ptr, qe_ptr, ke_ptr, attn_ptr, decay_ptr,  # fp32 per (chunk slot, value head): see below
     scale,  # fp32: q's scale after its L2 norm
     Q_ST: tl.constexpr, Q_SH: tl.constexpr, K_ST: tl.constexpr, K_SH: tl.constexpr,
     V_ST: tl.constexpr, V_SH: tl.constexpr, G_ST: tl.constexpr, B_ST: tl.constexpr,
-    O_ST: tl.constexpr, O_SH: tl.constexpr,  # row and head strides, in elements (g, beta: head stride 1)
-    HV: tl.constexpr, GROUP: tl.constexpr,  # value heads, and value heads per key head
-    DK: tl.constexpr, DV: tl.constexpr, BLOCK_V: tl.constexpr, CHUNK: tl.constexpr,
+    HV: tl.constexpr, GROUP: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, CHUNK: tl.constexpr,
     NUM_FIELDS: tl.constexpr, F_ROW0: tl.constexpr, F_LENGTH: tl.constexpr, F_TAIL: tl.constexpr,
-    F_SRC: tl.constexpr, F_DST: tl.constexpr,
     FUSED_GATE: tl.constexpr, EPS: tl.constexpr,
     DOT: tl.constexpr,  # tl.dot input precision of the fp32 products
 ):
+    """Everything of one chunk that does not depend on the state entering it, for one value head: with
+    cum the in-chunk cumulative log-decay, w = T (beta k e^cum) and u = T (beta v) (T the inverse of the unit
+    lower triangular WY system), qe = q e^cum, ke = k e^(cum_last - cum), attn = (q k^T) * e^(cum_i - cum_j)
+    masked to j <= i, and decay = e^cum_last."""
+    slot = tl.program_id(0)
+    hv = tl.program_id(1)
+    hk = hv // GROUP
+    item = tl.load(chunks_ptr + slot * 2)
+    if item < 0:
+        return
+    c = tl.load(chunks_ptr + slot * 2 + 1)
+    fields = items_ptr + item * NUM_FIELDS
+    row0 = tl.load(fields + F_ROW0)
+    n_tail = tl.load(fields + F_TAIL)
+    total = n_tail + tl.load(fields + F_LENGTH)  # positions from the aligned chunk start to the segment's end
+
+    offs_c = tl.arange(0, CHUNK)
+    offs_k = tl.arange(0, DK)
+    offs_v = tl.arange(0, DV)
+    later = offs_c[:, None] < offs_c[None, :]  # (i, j) with j after i: exact zeros in every product
+    pos = c * CHUNK + offs_c  # relative to the aligned chunk start
+    in_tail = pos < n_tail
+    tail_row = tl.load(tails_ptr + item * CHUNK + pos, mask=in_tail, other=0)
+    row = tl.where(in_tail, tail_row, row0 + pos - n_tail).to(tl.int64)
+    valid = pos < total
+    q = tl.load(q_ptr + row[:, None] * Q_ST + hk * Q_SH + offs_k[None, :], mask=valid[:, None],
+                other=0.0).to(tl.float32)
+    k = tl.load(k_ptr + row[:, None] * K_ST + hk * K_SH + offs_k[None, :], mask=valid[:, None],
+                other=0.0).to(tl.float32)
+    v = tl.load(v_ptr + row[:, None] * V_ST + hv * V_SH + offs_v[None, :], mask=valid[:, None],
+                other=0.0).to(tl.float32)
+    g = tl.load(g_ptr + row * G_ST + hv, mask=valid, other=0.0).to(tl.float32)
+    beta = tl.load(beta_ptr + row * B_ST + hv, mask=valid, other=0.0).to(tl.float32)
+    if FUSED_GATE:
+        neg_a = -tl.exp(tl.load(a_log_ptr + hv).to(tl.float32))
+        dt_bias = tl.load(dt_bias_ptr + hv).to(tl.float32)
+        x = g + dt_bias
+        # softplus with torch's threshold 20; below -15, log(1 + e^x) rounds 1 + e^x and e^x is closer
+        e_x = tl.exp(tl.minimum(x, 20.0))
+        softplus = tl.where(x > 20.0, x, tl.where(x < -15.0, e_x, tl.log(1.0 + e_x)))
+        g = tl.where(valid, neg_a * softplus, 0.0)
+        beta = tl.where(valid, 1.0 / (1.0 + tl.exp(-beta)), 0.0)
+    q = q * tl.rsqrt(tl.sum(q * q, 1) + EPS)[:, None] * scale
+    k = k * tl.rsqrt(tl.sum(k * k, 1) + EPS)[:, None]
+
+    cum = tl.cumsum(g, 0)
+    decay = tl.exp(tl.where(later, float("-inf"), cum[:, None] - cum[None, :]))  # exactly 0 when later
+    k_beta = k * beta[:, None]
+    system = tl.dot(k_beta, tl.trans(k), input_precision=DOT) * decay
+    system = tl.where(offs_c[:, None] > offs_c[None, :], system, 0.0)  # strictly lower: the unit diagonal
+    inv = _unit_lower_inverse(system, CHUNK, CHUNK // 4, DOT)
+    cum_last = tl.sum(tl.where(offs_c == CHUNK - 1, cum, 0.0), 0)
+
+    at = slot.to(tl.int64) * HV + hv
+    by_k = (at * CHUNK + offs_c[:, None]) * DK + offs_k[None, :]
+    tl.store(w_ptr + by_k, tl.dot(inv, k_beta * tl.exp(cum)[:, None], input_precision=DOT))
+    tl.store(qe_ptr + by_k, q * tl.exp(cum)[:, None])
+    tl.store(ke_ptr + by_k, k * tl.exp(cum_last - cum)[:, None])
+    tl.store(u_ptr + (at * CHUNK + offs_c[:, None]) * DV + offs_v[None, :],
+             tl.dot(inv, v * beta[:, None], input_precision=DOT))
+    tl.store(attn_ptr + (at * CHUNK + offs_c[:, None]) * CHUNK + offs_c[None, :],
+             tl.dot(q, tl.trans(k), input_precision=DOT) * decay)
+    tl.store(decay_ptr + at, tl.exp(cum_last))
+
+
+@triton.jit
+def gdn_scan_kernel(
+    w_ptr, u_ptr, qe_ptr, ke_ptr, attn_ptr, decay_ptr,  # gdn_prep_kernel's output
+    out_ptr,
+    items_ptr,  # int32 [items, NUM_FIELDS] (runtime/tables.py)
+    slots_ptr,  # fp32 [slots, HV, DK, DV]
+    item_base,  # i32: this level's first item
+    O_ST: tl.constexpr, O_SH: tl.constexpr,  # out's row and head strides, in elements
+    HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, BLOCK_V: tl.constexpr, CHUNK: tl.constexpr,
+    NUM_FIELDS: tl.constexpr, F_ROW0: tl.constexpr, F_LENGTH: tl.constexpr, F_TAIL: tl.constexpr,
+    F_SRC: tl.constexpr, F_DST: tl.constexpr, F_FIRST: tl.constexpr,
+    DOT: tl.constexpr,
+):
+    """The state's walk along one segment for one value head and BLOCK_V value columns: per chunk,
+    v_new = u - w S, out = qe S + attn v_new, S <- decay S + ke^T v_new (full chunks only)."""
     item = item_base + tl.program_id(0)
     hv = tl.program_id(1) // (DV // BLOCK_V)
-    hk = hv // GROUP
     fields = items_ptr + item * NUM_FIELDS
     row0 = tl.load(fields + F_ROW0)
     length = tl.load(fields + F_LENGTH)
     n_tail = tl.load(fields + F_TAIL)
     src = tl.load(fields + F_SRC)
     dst = tl.load(fields + F_DST)
-    total = n_tail + length  # positions from the aligned chunk start to the segment's end
+    first = tl.load(fields + F_FIRST)
+    total = n_tail + length
     n_full = total // CHUNK
 
     offs_c = tl.arange(0, CHUNK)
     offs_k = tl.arange(0, DK)
     offs_v = (tl.program_id(1) % (DV // BLOCK_V)) * BLOCK_V + tl.arange(0, BLOCK_V)
-    later = offs_c[:, None] < offs_c[None, :]  # (i, j) with j after i: exact zeros in every product
     state_at = (hv * DK + offs_k[:, None]) * DV + offs_v[None, :]
     slot_size = HV * DK * DV
     state = tl.load(slots_ptr + tl.maximum(src, 0).to(tl.int64) * slot_size + state_at,
                     mask=(offs_k[:, None] >= 0) & (src >= 0), other=0.0)
-    if FUSED_GATE:
-        neg_a = -tl.exp(tl.load(a_log_ptr + hv).to(tl.float32))
-        dt_bias = tl.load(dt_bias_ptr + hv).to(tl.float32)
 
     for c in range(tl.cdiv(total, CHUNK)):
-        pos = c * CHUNK + offs_c  # relative to the aligned chunk start
-        in_tail = pos < n_tail
-        tail_row = tl.load(tails_ptr + item * CHUNK + pos, mask=in_tail, other=0)
-        row = tl.where(in_tail, tail_row, row0 + pos - n_tail).to(tl.int64)
-        valid = pos < total
-        q = tl.load(q_ptr + row[:, None] * Q_ST + hk * Q_SH + offs_k[None, :], mask=valid[:, None],
-                    other=0.0).to(tl.float32)
-        k = tl.load(k_ptr + row[:, None] * K_ST + hk * K_SH + offs_k[None, :], mask=valid[:, None],
-                    other=0.0).to(tl.float32)
-        v = tl.load(v_ptr + row[:, None] * V_ST + hv * V_SH + offs_v[None, :], mask=valid[:, None],
-                    other=0.0).to(tl.float32)
-        g = tl.load(g_ptr + row * G_ST + hv, mask=valid, other=0.0).to(tl.float32)
-        beta = tl.load(beta_ptr + row * B_ST + hv, mask=valid, other=0.0).to(tl.float32)
-        if FUSED_GATE:
-            x = g + dt_bias
-            # softplus with torch's threshold 20; below -15, log(1 + e^x) rounds 1 + e^x and e^x is closer
-            e_x = tl.exp(tl.minimum(x, 20.0))
-            softplus = tl.where(x > 20.0, x, tl.where(x < -15.0, e_x, tl.log(1.0 + e_x)))
-            g = tl.where(valid, neg_a * softplus, 0.0)
-            beta = tl.where(valid, 1.0 / (1.0 + tl.exp(-beta)), 0.0)
-        q = q * tl.rsqrt(tl.sum(q * q, 1) + EPS)[:, None] * scale
-        k = k * tl.rsqrt(tl.sum(k * k, 1) + EPS)[:, None]
-
-        cum = tl.cumsum(g, 0)
-        decay = tl.exp(tl.where(later, float("-inf"), cum[:, None] - cum[None, :]))  # exactly 0 when later
-        k_beta = k * beta[:, None]
-        system = tl.dot(k_beta, tl.trans(k), input_precision=DOT) * decay
-        system = tl.where(offs_c[:, None] > offs_c[None, :], system, 0.0)  # strictly lower: the unit diagonal
-        inv = _unit_lower_inverse(system, CHUNK, CHUNK // 4, DOT)
-        u = tl.dot(inv, v * beta[:, None], input_precision=DOT)
-        w = tl.dot(inv, k_beta * tl.exp(cum)[:, None], input_precision=DOT)
-        v_new = u - tl.dot(w, state, input_precision=DOT)
-        intra = tl.dot(q, tl.trans(k), input_precision=DOT) * decay
-        o = tl.dot(q * tl.exp(cum)[:, None], state, input_precision=DOT)
-        o = tl.dot(intra, v_new, o, input_precision=DOT)
-        own = valid & (pos >= n_tail)  # tail rows are the ancestors': they wrote them themselves
+        at = (first + c).to(tl.int64) * HV + hv
+        by_k = (at * CHUNK + offs_c[:, None]) * DK + offs_k[None, :]
+        u = tl.load(u_ptr + (at * CHUNK + offs_c[:, None]) * DV + offs_v[None, :])
+        v_new = u - tl.dot(tl.load(w_ptr + by_k), state, input_precision=DOT)
+        o = tl.dot(tl.load(qe_ptr + by_k), state, input_precision=DOT)
+        attn = tl.load(attn_ptr + (at * CHUNK + offs_c[:, None]) * CHUNK + offs_c[None, :])
+        o = tl.dot(attn, v_new, o, input_precision=DOT)
+        pos = c * CHUNK + offs_c
+        own = (pos < total) & (pos >= n_tail)  # tail rows are the ancestors': they wrote them themselves
+        row = (row0 + pos - n_tail).to(tl.int64)
         tl.store(out_ptr + row[:, None] * O_ST + hv * O_SH + offs_v[None, :], o.to(out_ptr.dtype.element_ty),
                  mask=own[:, None])
-
         # Only full chunks move the state on: a partial last chunk is recomputed by the children it ends at.
-        cum_last = tl.sum(tl.where(offs_c == CHUNK - 1, cum, 0.0), 0)
-        k_end = k * tl.exp(cum_last - cum)[:, None]
-        moved = state * tl.exp(cum_last) + tl.dot(tl.trans(k_end), v_new, input_precision=DOT)
+        moved = state * tl.load(decay_ptr + at) + tl.dot(tl.trans(tl.load(ke_ptr + by_k)), v_new,
+                                                          input_precision=DOT)
         state = tl.where(c < n_full, moved, state)
 
     # the state at floor(end / CHUNK) * CHUNK, where the segment's children's chunks begin
@@ -177,7 +230,8 @@ def fork_gdn_kernel(
 
 @dataclass(frozen=True, slots=True)
 class GdnSpec:
-    """Everything a forked Gated DeltaNet kernel is specialized on: one compiled kernel per spec."""
+    """Everything a forked Gated DeltaNet launch pair is specialized on: one compiled prep and scan kernel
+    per spec."""
 
     dtype: torch.dtype  # q, k, v
     gate_dtype: torch.dtype  # g and beta (fp32), or a and b when fused (the model dtype)
@@ -193,33 +247,81 @@ class GdnSpec:
     def tiles(self) -> GdnTiles:
         return TILES[self.value_dim]
 
-    def signature(self) -> dict[str, str]:
+    def _fields(self) -> dict[str, int]:
+        return {"NUM_FIELDS": len(ITEM_FIELDS), "F_ROW0": _FIELD["row0"], "F_LENGTH": _FIELD["length"],
+                "F_TAIL": _FIELD["tail"]}
+
+    def prep_signature(self) -> dict[str, str]:
         sig = {name: "*" + _DTYPES[self.dtype] for name in ("q_ptr", "k_ptr", "v_ptr")}
         gate = "*" + _DTYPES[self.gate_dtype]
         sig |= {name: gate for name in ("g_ptr", "beta_ptr", "a_log_ptr", "dt_bias_ptr")}
-        sig |= {"out_ptr": "*" + _DTYPES[self.out_dtype], "items_ptr": "*i32", "tails_ptr": "*i32",
-                "slots_ptr": "*fp32", "item_base": "i32", "scale": "fp32"}
-        return sig | {name: "constexpr" for name in self.constexprs()}
+        sig |= {"items_ptr": "*i32", "tails_ptr": "*i32", "chunks_ptr": "*i32"}
+        sig |= {name: "*fp32" for name in ChunkWork.PARTS}
+        sig |= {"scale": "fp32"}
+        return sig | {name: "constexpr" for name in self.prep_constexprs()}
 
-    def constexprs(self) -> dict[str, int | bool | float]:
-        (q_st, q_sh), (k_st, k_sh), (v_st, v_sh), (g_st, _), (b_st, _), (o_st, o_sh) = self.strides
+    def prep_constexprs(self) -> dict[str, int | bool | float | str]:
+        (q_st, q_sh), (k_st, k_sh), (v_st, v_sh), (g_st, _), (b_st, _), _ = self.strides
         return {
             "Q_ST": q_st, "Q_SH": q_sh, "K_ST": k_st, "K_SH": k_sh, "V_ST": v_st, "V_SH": v_sh,
-            "G_ST": g_st, "B_ST": b_st, "O_ST": o_st, "O_SH": o_sh,
-            "HV": self.num_v_heads, "GROUP": self.num_v_heads // self.num_k_heads,
-            "DK": self.key_dim, "DV": self.value_dim, "BLOCK_V": self.tiles.block_v, "CHUNK": CHUNK,
-            "NUM_FIELDS": len(ITEM_FIELDS), "F_ROW0": _FIELD["row0"], "F_LENGTH": _FIELD["length"],
-            "F_TAIL": _FIELD["tail"], "F_SRC": _FIELD["src"], "F_DST": _FIELD["dst"],
+            "G_ST": g_st, "B_ST": b_st, "HV": self.num_v_heads, "GROUP": self.num_v_heads // self.num_k_heads,
+            "DK": self.key_dim, "DV": self.value_dim, "CHUNK": CHUNK, **self._fields(),
             "FUSED_GATE": self.fused_gate, "EPS": L2_EPS, "DOT": self.tiles.dot,
         }
 
-    def grid(self, per_level: int) -> tuple[int, int]:
+    def scan_signature(self) -> dict[str, str]:
+        sig = {name: "*fp32" for name in ChunkWork.PARTS}
+        sig |= {"out_ptr": "*" + _DTYPES[self.out_dtype], "items_ptr": "*i32", "slots_ptr": "*fp32",
+                "item_base": "i32"}
+        return sig | {name: "constexpr" for name in self.scan_constexprs()}
+
+    def scan_constexprs(self) -> dict[str, int | str]:
+        o_st, o_sh = self.strides[-1]
+        return {
+            "O_ST": o_st, "O_SH": o_sh, "HV": self.num_v_heads, "DK": self.key_dim, "DV": self.value_dim,
+            "BLOCK_V": self.tiles.block_v, "CHUNK": CHUNK, **self._fields(), "F_SRC": _FIELD["src"],
+            "F_DST": _FIELD["dst"], "F_FIRST": _FIELD["first"], "DOT": self.tiles.dot,
+        }
+
+    def prep_grid(self, num_chunks: int) -> tuple[int, int]:
+        return (num_chunks, self.num_v_heads)
+
+    def scan_grid(self, per_level: int) -> tuple[int, int]:
         return (per_level, self.num_v_heads * (self.value_dim // self.tiles.block_v))
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkWork:
+    """The prep kernel's output, fp32, per (chunk slot, value head): w, qe, ke [CHUNK, Dk], u [CHUNK, Dv],
+    attn [CHUNK, CHUNK] and decay (one value)."""
+
+    PARTS = ("w_ptr", "u_ptr", "qe_ptr", "ke_ptr", "attn_ptr", "decay_ptr")
+    w: torch.Tensor
+    u: torch.Tensor
+    qe: torch.Tensor
+    ke: torch.Tensor
+    attn: torch.Tensor
+    decay: torch.Tensor
+
+    @staticmethod
+    def shapes(num_chunks: int, num_v_heads: int, key_dim: int, value_dim: int) -> tuple[tuple[int, ...], ...]:
+        n, h = max(num_chunks, 1), num_v_heads
+        return ((n, h, CHUNK, key_dim), (n, h, CHUNK, value_dim), (n, h, CHUNK, key_dim),
+                (n, h, CHUNK, key_dim), (n, h, CHUNK, CHUNK), (n, h))
+
+    @classmethod
+    def empty(cls, num_chunks: int, spec: GdnSpec, device: torch.device | str) -> ChunkWork:
+        """NaN-filled: a scan reading a chunk slot the prep did not write gets NaN outputs."""
+        shapes = cls.shapes(num_chunks, spec.num_v_heads, spec.key_dim, spec.value_dim)
+        return cls(*(torch.full(s, float("nan"), device=device) for s in shapes))
+
+    def tensors(self) -> tuple[torch.Tensor, ...]:
+        return (self.w, self.u, self.qe, self.ke, self.attn, self.decay)
 
 
 def gdn_spec(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
              out: torch.Tensor, fused_gate: bool) -> GdnSpec:
-    """The spec of a launch on these tensors (checking what the kernel assumes of them)."""
+    """The spec of a launch on these tensors (checking what the kernels assume of them)."""
     hk, dk = k.shape[1:]
     hv, dv = v.shape[1:]
     if dk not in KEY_DIMS or dv not in TILES:
@@ -244,27 +346,31 @@ def slot_buffer(num_slots: int, num_v_heads: int, key_dim: int, value_dim: int,
     return torch.full((max(num_slots, 1), num_v_heads, key_dim, value_dim), float("nan"), device=device)
 
 
-def launch_levels(spec: GdnSpec, tables: GdnTables, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                  g: torch.Tensor, beta: torch.Tensor, a_log: torch.Tensor, dt_bias: torch.Tensor,
-                  out: torch.Tensor, slots: torch.Tensor) -> None:
-    """One launch per tree level in order (roots first), each on the level's block of items."""
-    items, tails = tables.items.to(q.device), tables.tails.to(q.device)
-    scale = spec.key_dim**-0.5
+def launch_all(spec: GdnSpec, tables: GdnTables, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+               g: torch.Tensor, beta: torch.Tensor, a_log: torch.Tensor, dt_bias: torch.Tensor,
+               out: torch.Tensor, work: ChunkWork, slots: torch.Tensor) -> None:
+    """The prep launch over every chunk slot, then one scan launch per tree level in order (roots first)."""
+    device = q.device
+    items, tails, chunks = (t.to(device) for t in (tables.items, tables.tails, tables.chunks))
+    t = spec.tiles
+    eager.launch(gdn_prep_kernel, spec.prep_grid(tables.num_chunks), q, k, v, g, beta, a_log, dt_bias, items,
+                 tails, chunks, *work.tensors(), spec.key_dim**-0.5, device=device, num_warps=t.prep_warps,
+                 **spec.prep_constexprs())
     for level in range(tables.num_levels):
-        eager.launch(fork_gdn_kernel, spec.grid(tables.per_level), q, k, v, g, beta, a_log, dt_bias, out,
-                     items, tails, slots, level * tables.per_level, scale, device=q.device,
-                     **spec.constexprs())
+        eager.launch(gdn_scan_kernel, spec.scan_grid(tables.per_level), *work.tensors(), out, items, slots,
+                     level * tables.per_level, device=device, num_warps=t.scan_warps, **spec.scan_constexprs())
 
 
 def fork_gdn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
              meta: StreamMeta, a_log: torch.Tensor | None = None, dt_bias: torch.Tensor | None = None,
              out: torch.Tensor | None = None, slots: torch.Tensor | None = None, levels: int | None = None,
-             per_level: int | None = None, num_slots: int | None = None) -> torch.Tensor:
-    """Run the kernel eagerly (JIT on CUDA, interpreter on CPU), tables padded to a bucket's sizes if given.
+             per_level: int | None = None, num_slots: int | None = None, num_chunks: int | None = None
+             ) -> torch.Tensor:
+    """Run the kernels eagerly (JIT on CUDA, interpreter on CPU), tables padded to a bucket's sizes if given.
 
-    With `a_log` and `dt_bias`, g and beta are the raw projections a and b and the kernel computes
+    With `a_log` and `dt_bias`, g and beta are the raw projections a and b and the prep kernel computes
     g = -exp(A_log) * softplus(a + dt_bias) and beta = sigmoid(b) itself. `out` defaults to a NaN-filled
-    tensor, so rows the kernel does not write stay NaN; `slots` (see `slot_buffer`) receives the states at
+    tensor, so rows the kernels do not write stay NaN; `slots` (see `slot_buffer`) receives the states at
     the chunk boundaries deeper segments start from, in the slots of tables.state_slots.
     """
     fused = a_log is not None
@@ -273,11 +379,12 @@ def fork_gdn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
     if out is None:
         out = torch.full(v.shape, float("nan"), dtype=v.dtype, device=v.device)
     spec = gdn_spec(q, k, v, g, beta, out, fused)
-    tables = gdn_tables(meta, levels, per_level, num_slots)
+    tables = gdn_tables(meta, levels, per_level, num_slots, num_chunks)
     if slots is None:
         slots = slot_buffer(tables.num_slots, spec.num_v_heads, spec.key_dim, spec.value_dim, q.device)
+    work = ChunkWork.empty(tables.num_chunks, spec, q.device)
     if fused:
-        launch_levels(spec, tables, q, k, v, g, beta, a_log, dt_bias, out, slots)
+        launch_all(spec, tables, q, k, v, g, beta, a_log, dt_bias, out, work, slots)
     else:
-        launch_levels(spec, tables, q, k, v, g, beta, g, g, out, slots)  # a_log, dt_bias unread
+        launch_all(spec, tables, q, k, v, g, beta, g, g, out, work, slots)  # a_log, dt_bias unread
     return out

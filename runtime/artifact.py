@@ -19,7 +19,7 @@ from flidec import (
 )
 from flidec.ir.errors import ArtifactError
 
-FORMAT = 1
+FORMAT = 2  # 2: the forked Gated DeltaNet's prep/scan launches and their gdn_chunks table
 
 
 def load_manifest(directory: str | Path, target: str | None = None, allow_incomplete: bool = False

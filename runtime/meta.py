@@ -119,11 +119,14 @@ def build_meta(segments: tuple[Segment, ...], reads: tuple[Read, ...], num_rows:
         rows = torch.arange(s.start, s.start + s.length)
         positions[rows] = torch.arange(s.pos0, s.end)
         segment_ids[rows] = i
-        for r in range(s.length):
-            p = s.pos0 + r
-            for k in range(1, CONV_TAPS):
-                if p - k >= 0:
-                    conv_prev[s.start + r, CONV_TAPS - 1 - k] = path_row(segments, i, p - k)
+        for k in range(1, CONV_TAPS):
+            col = CONV_TAPS - 1 - k
+            # k or more rows into the segment, position p - k is k rows back in the segment itself
+            if s.length > k:
+                conv_prev[s.start + k : s.start + s.length, col] = torch.arange(s.start, s.start + s.length - k)
+            for r in range(min(k, s.length)):  # the first rows reach back into the ancestors
+                if s.pos0 + r - k >= 0:
+                    conv_prev[s.start + r, col] = path_row(segments, i, s.pos0 + r - k)
 
     chunk0, src, tail = [], [], []
     for i, s in enumerate(segments):
@@ -163,6 +166,19 @@ def build_meta(segments: tuple[Segment, ...], reads: tuple[Read, ...], num_rows:
         read_rows=torch.tensor([r.row for r in reads], dtype=torch.int64),
         read_labels=read_labels,
         read_nlabels=torch.tensor([len(r.labels) for r in reads], dtype=torch.int64),
+    )
+
+
+def pad_meta(meta: StreamMeta, num_rows: int) -> StreamMeta:
+    """`meta` with padding rows appended up to `num_rows`: what build_meta gives for the same segments and
+    reads in a longer stream, without deriving the rest again."""
+    extra = num_rows - meta.num_rows
+    assert extra >= 0, "padding cannot remove rows"
+    return replace(
+        meta,
+        positions=torch.cat([meta.positions, torch.zeros(extra, dtype=torch.int64)]),
+        segment_ids=torch.cat([meta.segment_ids, torch.full((extra,), -1, dtype=torch.int64)]),
+        conv_prev=torch.cat([meta.conv_prev, torch.full((extra, CONV_TAPS - 1), -1, dtype=torch.int64)]),
     )
 
 

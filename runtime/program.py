@@ -37,7 +37,7 @@ from flidec.runtime.artifact import load_manifest, weights_dir
 from flidec.runtime.binder import Bound, Plan, bound_from_plans
 from flidec.runtime.buffers import DeviceBuffers, MetaStage, RecordingPlan, read_recording
 from flidec.runtime.launch import CompiledKernel, Launch, Launcher, grid3, pack_args, read_kernel
-from flidec.runtime.meta import Stream, build_meta
+from flidec.runtime.meta import Stream, pad_meta
 from flidec.runtime.next_token import NextTokenFormat
 from flidec.runtime.templates import _TemplateWalker
 
@@ -323,7 +323,7 @@ def _padded(stream: Stream, rows: int) -> Stream:
         return stream
     tokens = torch.zeros(rows, dtype=torch.int64)
     tokens[: meta.num_rows] = stream.tokens
-    return Stream(tokens, build_meta(meta.segments, meta.reads, rows))
+    return Stream(tokens, pad_meta(meta, rows))
 
 
 # ---- loading ------------------------------------------------------------------------------------------------

@@ -5,9 +5,9 @@ the bucket's fixed sizes, so one recorded launch sequence (a CUDA graph) replays
 - the static meta buffers every lowered graph reads (`meta_buffers` / `static_tables`: tokens, positions,
   conv_prev, segments, read_rows, read_labels, read_nlabels; int64),
 - the fork attention's `query_tiles` and `path_levels`, the fork conv's `conv_taps`, the forked Gated
-  DeltaNet's work items and tail rows (`gdn_tables`; int32).
+  DeltaNet's work items, tail rows and chunk slots (`gdn_tables`; int32).
 A recording names each meta buffer's rule in its `fill` field ("query_tiles(block_m=64)",
-"gdn_items(per_level=8,slots=8)"); `fill_meta` applies the rules. This is the one implementation: the
+"gdn_items(per_level=8,slots=8,chunks=24)"); `fill_meta` applies the rules. This is the one implementation: the
 kernels' launchers (codegen/), the recording player and the graph passes import it from here, so the
 runtime fills exactly what codegen's player fills, and imports nothing but torch and flidec.ir/runtime.
 Relies on the segment-tree property of StreamMeta (runtime/meta.py): along a path the levels' first
@@ -141,30 +141,43 @@ def path_levels(meta: StreamMeta, depth: int | None = None, num_segments: int | 
 # ---- forked Gated DeltaNet and fork conv -------------------------------------------------------------------
 # `GdnTables.items` [levels * per_level, len(ITEM_FIELDS)]: block `l` (rows l * per_level ...) holds the work
 # items of tree level l, one per non-empty segment, then padding items (length 0, no tail, slots -1) that do
-# nothing; the launch for level l reads the block from `item_base = l * per_level`. Fields: segment, row0
-# (stream row of the segment's first token), length, chunk0 (logical position of its first, possibly
+# nothing; the scan launch for level l reads the block from `item_base = l * per_level`. Fields: segment,
+# row0 (stream row of the segment's first token), length, chunk0 (logical position of its first, possibly
 # straddling, chunk: a multiple of CHUNK), tail (how many of its ancestors' positions [chunk0, pos0) it
 # recomputes, < CHUNK), src (slot holding the fp32 state at chunk0; -1: zeros), dst (slot that receives its
-# state at its last full chunk boundary; -1: none needed). The kernel reads row0, length, tail, src and dst;
-# segment and chunk0 are there for inspection and tests. `GdnTables.tails` [levels * per_level, CHUNK]: per
-# item, the stream rows of its tail positions in order, -1 past `tail`. `conv_taps` [rows, CONV_TAPS]: per
-# stream row, the rows of the CONV_TAPS - 1 positions before it on its path (oldest first, -1 before position
-# 0) and then the row itself; -1 everywhere for a padding row. Slots are numbered in segment order among the
-# segments some descendant needs.
+# state at its last full chunk boundary; -1: none needed), first (the chunk slot of its first chunk; its
+# chunks take consecutive slots). The kernels read row0, length, tail, src, dst and first; segment and
+# chunk0 are there for inspection and tests. `GdnTables.tails` [levels * per_level, CHUNK]: per item, the
+# stream rows of its tail positions in order, -1 past `tail`. `GdnTables.chunks` [num_chunks, 2]: per chunk
+# slot, (item row in `items`, chunk index within the item), (-1, 0) for an unused slot: the prep launch's
+# programs. `conv_taps` [rows, CONV_TAPS]: per stream row, the rows of the CONV_TAPS - 1 positions before it
+# on its path (oldest first, -1 before position 0) and then the row itself; -1 everywhere for a padding row.
+# Slots are numbered in segment order among the segments some descendant needs.
 
-ITEM_FIELDS = ("segment", "row0", "length", "chunk0", "tail", "src", "dst")
+ITEM_FIELDS = ("segment", "row0", "length", "chunk0", "tail", "src", "dst", "first")
 
 
 @dataclass(frozen=True, slots=True)
 class GdnTables:
     items: torch.Tensor  # int32 [levels * per_level, len(ITEM_FIELDS)]
     tails: torch.Tensor  # int32 [levels * per_level, CHUNK]
-    per_level: int  # items per level: the grid of each level's launch
+    chunks: torch.Tensor  # int32 [num_chunks, 2]
+    per_level: int  # items per level: the grid of each level's scan launch
     num_slots: int  # state slots the launch sequence needs storage for
 
     @property
     def num_levels(self) -> int:
         return self.items.shape[0] // self.per_level
+
+    @property
+    def num_chunks(self) -> int:
+        return self.chunks.shape[0]
+
+
+def max_chunks(rows: int, segments: int) -> int:
+    """Chunk slots enough for any stream of `rows` rows and `segments` segments: an item of length n with a
+    tail (< CHUNK) spans at most n // CHUNK + 2 chunks."""
+    return rows // CHUNK + 2 * segments
 
 
 def state_slots(meta: StreamMeta) -> dict[int, int]:
@@ -177,32 +190,43 @@ def state_slots(meta: StreamMeta) -> dict[int, int]:
 
 
 def gdn_tables(meta: StreamMeta, levels: int | None = None, per_level: int | None = None,
-               num_slots: int | None = None) -> GdnTables:
-    """The work items of every tree level, padded to `levels` x `per_level` items and `num_slots` slots
-    (defaults: just what this stream needs; a bucket passes its depth, segments and segments)."""
+               num_slots: int | None = None, num_chunks: int | None = None) -> GdnTables:
+    """The work items of every tree level and their chunks, padded to `levels` x `per_level` items,
+    `num_slots` state slots and `num_chunks` chunk slots (defaults: just what this stream needs; a bucket
+    passes its depth, segments, segments and max_chunks(rows, segments))."""
     slots = state_slots(meta)
     by_level = [[s for s in level if meta.segments[s].length > 0] for level in meta.levels]
     levels = len(by_level) if levels is None else levels
     per_level = max((len(b) for b in by_level), default=0) if per_level is None else per_level
     per_level = max(per_level, 1)  # a grid of zero programs is not launchable
     num_slots = len(slots) if num_slots is None else num_slots
-    if len(by_level) > levels or any(len(b) > per_level for b in by_level) or len(slots) > num_slots:
+    spans = {s: -(-(len(meta.gdn_tail[s]) + meta.segments[s].length) // CHUNK) for b in by_level for s in b}
+    needed = sum(spans.values())
+    num_chunks = max(needed, 1) if num_chunks is None else num_chunks
+    if (len(by_level) > levels or any(len(b) > per_level for b in by_level) or len(slots) > num_slots
+            or needed > num_chunks):
         raise ValueError(f"stream needs {len(by_level)} levels of up to {max(map(len, by_level), default=0)} "
-                         f"segments and {len(slots)} state slots; the tables hold {levels} levels of "
-                         f"{per_level} and {num_slots} slots")
+                         f"segments, {len(slots)} state slots and {needed} chunks; the tables hold {levels} "
+                         f"levels of {per_level}, {num_slots} slots and {num_chunks} chunks")
     items = torch.zeros(levels * per_level, len(ITEM_FIELDS), dtype=torch.int32)
     items[:, ITEM_FIELDS.index("src")] = -1
     items[:, ITEM_FIELDS.index("dst")] = -1
     tails = torch.full((levels * per_level, CHUNK), -1, dtype=torch.int32)
+    chunks = torch.zeros(num_chunks, 2, dtype=torch.int32)
+    chunks[:, 0] = -1
+    first = 0
     for lvl, segs in enumerate(by_level):
         for j, s in enumerate(segs):
             seg, tail = meta.segments[s], meta.gdn_tail[s]
             src = meta.gdn_src[s]
             i = lvl * per_level + j
             items[i] = torch.tensor([s, seg.start, seg.length, meta.gdn_chunk0[s], len(tail),
-                                     -1 if src < 0 else slots[src], slots.get(s, -1)], dtype=torch.int32)
+                                     -1 if src < 0 else slots[src], slots.get(s, -1), first], dtype=torch.int32)
             tails[i, : len(tail)] = torch.tensor(tail, dtype=torch.int32)
-    return GdnTables(items=items, tails=tails, per_level=per_level, num_slots=num_slots)
+            chunks[first : first + spans[s], 0] = i
+            chunks[first : first + spans[s], 1] = torch.arange(spans[s], dtype=torch.int32)
+            first += spans[s]
+    return GdnTables(items=items, tails=tails, chunks=chunks, per_level=per_level, num_slots=num_slots)
 
 
 def conv_taps(meta: StreamMeta, rows: int | None = None) -> torch.Tensor:
@@ -244,10 +268,10 @@ Rule = Callable[[torch.Tensor, StreamMeta, Bucket, FillRequest, dict[str, int], 
 
 
 def _gdn(part: str) -> Rule:
-    def fill(tokens, meta, bucket, req, params, cache):  # items and tails come from one gdn_tables call
-        key = ("gdn", params["per_level"], params["slots"])
+    def fill(tokens, meta, bucket, req, params, cache):  # items, tails and chunks come from one gdn_tables call
+        key = ("gdn", params["per_level"], params["slots"], params["chunks"])
         if key not in cache:
-            cache[key] = gdn_tables(meta, bucket.depth, params["per_level"], params["slots"])
+            cache[key] = gdn_tables(meta, bucket.depth, params["per_level"], params["slots"], params["chunks"])
         return getattr(cache[key], part)
     return fill
 
@@ -258,6 +282,7 @@ FILL_RULES: dict[str, Rule] = {
     "conv_taps": lambda tokens, meta, bucket, req, p, cache: conv_taps(meta, bucket.rows),
     "gdn_items": _gdn("items"),
     "gdn_tails": _gdn("tails"),
+    "gdn_chunks": _gdn("chunks"),
 }
 
 

@@ -1,4 +1,4 @@
-"""AOT compilation for sm_90 of the forked Gated DeltaNet (plain and fused gate) and fork conv kernels at
+"""AOT compilation for sm_90 of the forked Gated DeltaNet (prep, plain and fused gate, and scan) and fork conv kernels at
 Qwen3.5-0.8B shapes: they build through codegen/aot.compile_kernel (which refuses what the runtime cannot
 launch), their records carry what a launcher needs, and their resource usage is printed for the report.
 
@@ -27,31 +27,32 @@ import torch
 import triton
 from flidec.codegen import aot
 from flidec.codegen.conv import ConvSpec, fork_conv_kernel
-from flidec.codegen.gdn import GdnSpec, fork_gdn_kernel
+from flidec.codegen.gdn import GdnSpec, gdn_prep_kernel, gdn_scan_kernel
 
 out = Path(sys.argv[1])
 h, d = 16, 128
 conv_dim = 3 * h * d
 strides = ((conv_dim, d), (conv_dim, d), (conv_dim, d), (h, 1), (h, 1), (h * d, d))
+gdn = GdnSpec(torch.bfloat16, torch.float32, torch.bfloat16, h, h, d, d, False, strides)
+fused = GdnSpec(torch.bfloat16, torch.bfloat16, torch.bfloat16, h, h, d, d, True, strides)
+conv = ConvSpec(torch.bfloat16, torch.bfloat16, conv_dim, (conv_dim, 4, conv_dim))
 specs = {
-    "gdn": (fork_gdn_kernel, GdnSpec(torch.bfloat16, torch.float32, torch.bfloat16, h, h, d, d, False,
-                                     strides)),
-    "gdn_fused": (fork_gdn_kernel, GdnSpec(torch.bfloat16, torch.bfloat16, torch.bfloat16, h, h, d, d, True,
-                                           strides)),
-    "conv": (fork_conv_kernel, ConvSpec(torch.bfloat16, torch.bfloat16, conv_dim, (conv_dim, 4, conv_dim))),
+    "gdn_prep": (gdn_prep_kernel, gdn.prep_signature(), gdn.prep_constexprs(), gdn.tiles.prep_warps),
+    "gdn_prep_fused": (gdn_prep_kernel, fused.prep_signature(), fused.prep_constexprs(), fused.tiles.prep_warps),
+    "gdn_scan": (gdn_scan_kernel, gdn.scan_signature(), gdn.scan_constexprs(), gdn.tiles.scan_warps),
+    "conv": (fork_conv_kernel, conv.signature(), conv.constexprs(), conv.tiles.num_warps),
 }
 cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
 report = {}
-for name, (fn, spec) in specs.items():
+for name, (fn, signature, constexprs, warps) in specs.items():
     t = time.perf_counter()
-    k = aot.compile_kernel(fn, spec.signature(), spec.constexprs(), target="sm_90",
-                           num_warps=spec.tiles.num_warps, num_stages=spec.tiles.num_stages)
+    k = aot.compile_kernel(fn, signature, constexprs, target="sm_90", num_warps=warps, num_stages=1)
     seconds = time.perf_counter() - t
     digest = aot.write_kernel(k, out)
     usage = subprocess.run([str(cuobjdump), "--dump-resource-usage", str(out / f"{digest}.cubin")],
                            capture_output=True, text=True, check=True).stdout
-    report[name] = {"digest": digest, "seconds": seconds, "signature": spec.signature(), "shared": k.shared,
-                    "constexprs": spec.constexprs(), "usage": usage.strip().splitlines()[-1].strip()}
+    report[name] = {"digest": digest, "seconds": seconds, "signature": signature, "shared": k.shared,
+                    "constexprs": constexprs, "warps": warps, "usage": usage.strip().splitlines()[-1].strip()}
 print(json.dumps(report))
 '''
 
@@ -72,15 +73,16 @@ def built(tmp_path_factory) -> tuple[Path, dict]:
     return work / "kernels", report
 
 
-@pytest.mark.parametrize("name", ["gdn", "gdn_fused", "conv"])
+@pytest.mark.parametrize("name", ["gdn_prep", "gdn_prep_fused", "gdn_scan", "conv"])
 def test_gdn_and_conv_kernels_compile_for_sm90(built, name) -> None:
     directory, report = built
     k = read_kernel(directory, report[name]["digest"])
     signature = report[name]["signature"]
-    assert k.name == ("fork_conv_kernel" if name == "conv" else "fork_gdn_kernel")
+    kernels = {"conv": "fork_conv_kernel", "gdn_scan": "gdn_scan_kernel"}
+    assert k.name == kernels.get(name, "gdn_prep_kernel")
     assert k.cubin[:4] == b"\x7fELF"
     assert dict(k.params) == {n: t for n, t in signature.items() if t != "constexpr"}
     assert [n for n, _ in k.params] == [n for n, t in signature.items() if t != "constexpr"]
     assert dict(k.constexprs) == report[name]["constexprs"]
-    assert k.threads == 128 and 0 < k.shared <= aot.MAX_SHARED[90]
+    assert k.threads == 32 * report[name]["warps"] and 0 < k.shared <= aot.MAX_SHARED[90]
     assert "REG:" in report[name]["usage"]

@@ -1,4 +1,4 @@
-"""GPU tier: the forked Gated DeltaNet (fused gate) and fork conv cubins, built by codegen/aot at Qwen3.5-0.8B
+"""GPU tier: the forked Gated DeltaNet (prep with the fused gate, and scan) and fork conv cubins, built by codegen/aot at Qwen3.5-0.8B
 head shapes, launch through cuda.core the way the runtime will, agree with the reference ops and keep E3 on
 the hardware (a forest's paths equal their plain streams bit for bit)."""
 
@@ -9,7 +9,7 @@ import torch
 
 from flidec.codegen import aot
 from flidec.codegen.conv import ConvSpec, fork_conv_kernel
-from flidec.codegen.gdn import GdnSpec, fork_gdn_kernel, slot_buffer
+from flidec.codegen.gdn import ChunkWork, GdnSpec, gdn_prep_kernel, gdn_scan_kernel, slot_buffer
 from flidec.runtime.launch import CompiledKernel
 from flidec.runtime.reference import ops
 from flidec.runtime.reference.forests import pack_forest, path_stream
@@ -22,33 +22,41 @@ H, D = 16, 128  # 0.8B: 16 key and 16 value heads of 128
 CONV_DIM = 3 * H * D
 
 
+SPEC = GdnSpec(torch.bfloat16, torch.bfloat16, torch.bfloat16, H, H, D, D, True,
+               ((CONV_DIM, D), (CONV_DIM, D), (CONV_DIM, D), (2 * H, 1), (2 * H, 1), (H * D, D)))
+
+
 @pytest.fixture(scope="module")
-def kernels() -> tuple[CompiledKernel, CompiledKernel]:
-    strides = ((CONV_DIM, D), (CONV_DIM, D), (CONV_DIM, D), (2 * H, 1), (2 * H, 1), (H * D, D))
-    gdn = GdnSpec(torch.bfloat16, torch.bfloat16, torch.bfloat16, H, H, D, D, True, strides)
+def kernels() -> tuple[CompiledKernel, CompiledKernel, CompiledKernel]:
     conv = ConvSpec(torch.bfloat16, torch.bfloat16, CONV_DIM, (CONV_DIM, 4, CONV_DIM))
-    return tuple(aot.compile_kernel(fn, s.signature(), s.constexprs(), num_warps=s.tiles.num_warps,
-                                    num_stages=s.tiles.num_stages)
-                 for fn, s in ((fork_gdn_kernel, gdn), (fork_conv_kernel, conv)))
+    t = SPEC.tiles
+    return (aot.compile_kernel(gdn_prep_kernel, SPEC.prep_signature(), SPEC.prep_constexprs(),
+                               num_warps=t.prep_warps, num_stages=1),
+            aot.compile_kernel(gdn_scan_kernel, SPEC.scan_signature(), SPEC.scan_constexprs(),
+                               num_warps=t.scan_warps, num_stages=1),
+            aot.compile_kernel(fork_conv_kernel, conv.signature(), conv.constexprs(),
+                               num_warps=conv.tiles.num_warps, num_stages=conv.tiles.num_stages))
 
 
 def layer(kernels, mixed: torch.Tensor, ab: torch.Tensor, weight, a_log, dt_bias, meta, per_level=None):
     """conv then GDN from the cubins: mixed [T, CONV_DIM] -> q, k, v in place; ab [T, 2H] holds a then b."""
     from test_aot_gpu import launch_cubin
 
-    gdn, conv = kernels
+    prep, scan, conv = kernels
     rows = mixed.shape[0]
     qkv = torch.full_like(mixed, float("nan"))
     taps = conv_taps(meta).cuda()
     launch_cubin(conv, ((rows + 15) // 16, CONV_DIM // 128), mixed, weight, qkv, taps, rows)
     q, k, v = (qkv[:, i * H * D : (i + 1) * H * D].view(rows, H, D) for i in range(3))
-    tables = gdn_tables(meta, per_level=per_level)
-    items, tails = tables.items.cuda(), tables.tails.cuda()
+    tables = gdn_tables(meta, per_level=per_level, num_chunks=None if per_level is None else 40)
+    items, tails, chunks = tables.items.cuda(), tables.tails.cuda(), tables.chunks.cuda()
     slots = slot_buffer(tables.num_slots, H, D, D, "cuda")
+    work = ChunkWork.empty(tables.num_chunks, SPEC, "cuda").tensors()
     out = torch.full((rows, H, D), float("nan"), dtype=torch.bfloat16, device="cuda")
+    launch_cubin(prep, SPEC.prep_grid(tables.num_chunks), q, k, v, ab[:, :H], ab[:, H:], a_log, dt_bias, items,
+                 tails, chunks, *work, D**-0.5)
     for level in range(tables.num_levels):
-        launch_cubin(gdn, (tables.per_level, H * D // 64), q, k, v, ab[:, :H], ab[:, H:], a_log, dt_bias, out,
-                     items, tails, slots, level * tables.per_level, D**-0.5)
+        launch_cubin(scan, SPEC.scan_grid(tables.per_level), *work, out, items, slots, level * tables.per_level)
     return qkv, out
 
 

@@ -56,21 +56,31 @@ def test_recording_is_complete_and_round_trips(model) -> None:
     assert ops[0] == "embedding" and ops[-1] == "label_head"
 
 
-def test_gdn_launches_one_step_per_level_on_the_bucket_tables(model) -> None:
+def test_gdn_launches_a_prep_then_one_scan_per_level_on_the_bucket_tables(model) -> None:
     _, rec, _ = model
     gdn = [s for s in rec.steps if s.op == "fork_gdn_static"]
-    assert len(gdn) == 3 * BUCKET.depth  # three GDN layers
-    item_base = [s.args[11].value for s in gdn]
-    assert item_base == [lvl * BUCKET.segments for lvl in range(BUCKET.depth)] * 3
-    assert {s.grid[0] for s in gdn} == {BUCKET.segments}
+    assert len(gdn) == 3 * (1 + BUCKET.depth)  # three GDN layers
+    preps, scans = gdn[:: 1 + BUCKET.depth], [s for i, s in enumerate(gdn) if i % (1 + BUCKET.depth)]
+    chunks = BUCKET.rows // 64 + 2 * BUCKET.segments  # tables.max_chunks
+    assert {len(s.args) for s in preps} == {17} and {len(s.args) for s in scans} == {10}
+    assert {s.grid for s in preps} == {(chunks, 4)}
+    assert [s.args[9].value for s in scans] == [lvl * BUCKET.segments for lvl in range(BUCKET.depth)] * 3
+    assert {s.grid[0] for s in scans} == {BUCKET.segments}
     buffers = {b.name: b for b in rec.buffers}
-    items, tails, slots = (buffers[s.args[i].buffer] for s in gdn[:1] for i in (8, 9, 10))
-    assert (items.region, items.shape, items.fill) == ("meta", (BUCKET.depth * BUCKET.segments, 7),
-                                                        "gdn_items(per_level=6,slots=6)")
+    items, tails, table = (buffers[preps[0].args[i].buffer] for i in (7, 8, 9))
+    capacity = f"per_level=6,slots=6,chunks={chunks}"
+    assert (items.region, items.shape, items.fill) == ("meta", (BUCKET.depth * BUCKET.segments, 8),
+                                                        f"gdn_items({capacity})")
     assert (tails.region, tails.shape, tails.fill) == ("meta", (BUCKET.depth * BUCKET.segments, 64),
-                                                        "gdn_tails(per_level=6,slots=6)")
+                                                        f"gdn_tails({capacity})")
+    assert (table.region, table.shape, table.fill) == ("meta", (chunks, 2), f"gdn_chunks({capacity})")
+    slots = buffers[scans[0].args[8].buffer]
     assert (slots.region, slots.shape) == ("activation", (BUCKET.segments, 4, 16, 16))
-    assert {s.args[10].buffer for s in gdn} == {slots.name}  # one slot buffer, reused by every layer
+    assert {s.args[8].buffer for s in scans} == {slots.name}  # one slot buffer, reused by every layer
+    work = [buffers[a.buffer] for a in preps[0].args[10:16]]
+    assert [b.shape for b in work] == [(chunks, 4, 64, 16)] * 4 + [(chunks, 4, 64, 64), (chunks, 4)]
+    assert {tuple(a.buffer for a in s.args[10:16]) for s in preps} == {tuple(b.name for b in work)}
+    assert {tuple(a.buffer for a in s.args[:6]) for s in scans} == {tuple(b.name for b in work)}
 
 
 def test_a_step_without_kernel_is_named_and_refuses_to_play(model, monkeypatch) -> None:

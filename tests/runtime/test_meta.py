@@ -3,7 +3,16 @@
 import pytest
 import torch
 
-from flidec.runtime.meta import CHUNK, Read, Segment, build_meta, linear_stream, path_row
+from flidec.runtime.meta import (
+    CHUNK,
+    CONV_TAPS,
+    Read,
+    Segment,
+    build_meta,
+    linear_stream,
+    pad_meta,
+    path_row,
+)
 
 
 def forest():
@@ -45,6 +54,26 @@ def test_conv_predecessors_cross_fork_points():
     assert meta.conv_prev[0].tolist() == [-1, -1, -1]
     assert meta.conv_prev[152].tolist() == [-1, 150, 151]
     assert meta.conv_prev[153].tolist() == [150, 151, 152]
+
+
+def test_conv_predecessors_are_each_rows_path_positions():
+    """Every row's taps, against path_row asked position by position (segments of 0 to 3 tokens included)."""
+    segments = forest() + (Segment(155, 0, 5, 5, 2), Segment(155, 1, 5, 5, 2), Segment(156, 2, 6, 7, 3))
+    meta = build_meta(segments, (), 160)
+    for i, s in enumerate(segments):
+        for r in range(s.length):
+            p = s.pos0 + r
+            want = [path_row(segments, i, p - k) if p - k >= 0 else -1 for k in range(CONV_TAPS - 1, 0, -1)]
+            assert meta.conv_prev[s.start + r].tolist() == want, (i, r)
+
+
+def test_pad_meta_equals_the_meta_of_the_longer_stream():
+    reads = (Read(139, (7, 8)), Read(154, (9,)))
+    padded, built = pad_meta(build_meta(forest(), reads, 160), 200), build_meta(forest(), reads, 200)
+    for name in ("positions", "segment_ids", "key_ranges", "conv_prev", "read_rows", "read_labels"):
+        assert torch.equal(getattr(padded, name), getattr(built, name)), name
+    assert (padded.segments, padded.reads, padded.levels, padded.gdn_tail) == (
+        built.segments, built.reads, built.levels, built.gdn_tail)
 
 
 def test_gdn_chunk_alignment():
