@@ -74,6 +74,28 @@ def kernel_table(engine, key: str, top: int = 14) -> list[dict]:
     return rows[:top]
 
 
+def profile_instance(graphs, eager, inst: dict) -> dict:
+    from flidec.runtime.program import _padded, stream_sizes
+    from flidec.runtime.templates import bind_template
+
+    t = graphs.tree()
+    bound = bind_template(t.tree, t.program.template, [inst], graphs.fmt)
+    bucket = t.program.bucket_for(stream_sizes(bound.stream))
+    key = f"{t.tree.name}/{bucket.name}"
+    padded = _padded(bound.stream, bucket.rows)
+    stage = graphs.engine.stages[key]
+    return {
+        "rows": bound.stream.meta.num_rows, "bucket": bucket.name, "reads": len(bound.stream.meta.reads),
+        "label_logits_ms": median_ms(lambda: graphs.label_logits([inst])),
+        "run_stream_ms": median_ms(lambda: graphs.run_stream(bound.stream)),
+        "meta_fill_ms": median_ms(lambda: stage.fill(padded.tokens, padded.meta)),
+        "replay_ms": replay_ms(graphs.engine.graphs[key]),
+        "eager_ms": median_ms(lambda: eager.engine._launch_all(key)),
+        "launches": len(eager.engine.launches[key]),
+        "kernels": kernel_table(eager.engine, key),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python benchmarks/profile_runtime.py", description=__doc__.split("\n")[0])
     p.add_argument("--model", required=True, type=Path)
@@ -84,8 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks.workloads import build_workload
     from flidec.compile import compile_artifact
     from flidec.models.tokenizer import load_tokenizer
-    from flidec.runtime.program import _padded, load, stream_sizes
-    from flidec.runtime.templates import bind_template
+    from flidec.runtime.program import load
     from flidec.testing.make_checkpoint import make_checkpoint
 
     if not (args.model / "config.json").is_file():
@@ -102,25 +123,10 @@ def main(argv: list[str] | None = None) -> int:
     report["load_s"] = round(time.perf_counter() - t0, 2)
     eager = load(artifact, "cuda", graphs=False)
     tokenizer = load_tokenizer(args.model)
-    t = graphs.tree()
     report["workloads"] = {}
     for name in args.workloads.split(","):
         inst = build_workload(name, lambda s: len(tokenizer.encode(s))).instances[0]
-        bound = bind_template(t.tree, t.program.template, [inst], graphs.fmt)
-        bucket = t.program.bucket_for(stream_sizes(bound.stream))
-        key = f"{t.tree.name}/{bucket.name}"
-        padded = _padded(bound.stream, bucket.rows)
-        stage = graphs.engine.stages[key]
-        entry = {
-            "rows": bound.stream.meta.num_rows, "bucket": bucket.name, "reads": len(bound.stream.meta.reads),
-            "label_logits_ms": median_ms(lambda: graphs.label_logits([inst])),
-            "run_stream_ms": median_ms(lambda: graphs.run_stream(bound.stream)),
-            "meta_fill_ms": median_ms(lambda: stage.fill(padded.tokens, padded.meta)),
-            "replay_ms": replay_ms(graphs.engine.graphs[key]),
-            "eager_ms": median_ms(lambda: eager.engine._launch_all(key)),
-            "launches": len(eager.engine.launches[key]),
-            "kernels": kernel_table(eager.engine, key),
-        }
+        entry = profile_instance(graphs, eager, inst)
         report["workloads"][name] = entry
         print(json.dumps({name: {k: v for k, v in entry.items() if k != "kernels"}}), flush=True)
         for row in entry["kernels"]:

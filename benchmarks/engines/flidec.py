@@ -26,7 +26,6 @@ import torch
 from benchmarks.engines.base import Logits, free_device_memory
 from benchmarks.work import Work
 
-
 _BUILT: dict[tuple[Path, Path, str], tuple[Path, float]] = {}  # (model, spec, target) -> (artifact, seconds)
 
 
