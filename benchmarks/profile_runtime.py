@@ -84,6 +84,7 @@ def profile_instance(graphs, eager, inst: dict) -> dict:
     key = f"{t.tree.name}/{bucket.name}"
     padded = _padded(bound.stream, bucket.rows)
     stage = graphs.engine.stages[key]
+    eager.run_stream(bound.stream)  # fills the eager engine's meta region: its launches then redo this stream
     return {
         "rows": bound.stream.meta.num_rows, "bucket": bucket.name, "reads": len(bound.stream.meta.reads),
         "label_logits_ms": median_ms(lambda: graphs.label_logits([inst])),
