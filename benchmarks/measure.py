@@ -3,12 +3,12 @@
 Consumes a loaded engine, its prepared workload, the Work and a cap in seconds; produces a Cell: the
 offline run times (throughput mode, the same instances every run), the one-instance-at-a-time latencies,
 the logits of the last offline run (for exactness), the instances measured and the peak device memory.
-The procedure, so that a slow engine overshoots its cap by at most one instance:
-1. warm-up: instance 0 offline (twice when that is cheap), then online (first use compiles, captures,
-   autotunes; an online failure costs the row its latency only);
+The procedure, so that a slow engine overshoots its cap by at most its first call and one instance:
+1. warm-up: instance 0 offline twice (first use compiles, captures, autotunes: the cap counts from the end
+   of the first call), then online (an online failure costs the row its latency only);
 2. offline: every instance when an estimate (seconds per computed token, from the warm-up, then from each
    run) says a run fits in 60% of what is left, up to 3 runs; else the longest prefix of instances that
-   fits once. When the warm-up alone took that long, its run is the measurement (`cold: true`);
+   fits once. When one instance takes most of the cap, the warm-up is the measurement (`cold: true`);
 3. latency: the offline instances, up to 64, one at a time, a warm pass first when it is cheap, until
    the cap.
 Engines report seconds per computed token across cells (`SpeedMemo`) so a cell whose first instance
@@ -89,11 +89,14 @@ def measure(
         torch.cuda.reset_peak_memory_stats()
 
     t_warm, logits = _timed(engine, prepared, [0], True, device)
-    spt = t_warm / max(cost([0]), 1)
+    # A first call's compile or capture is the engine's start-up, not its speed: the cap counts from here
+    # (the engine's share still pays for it, so the cells after this one get less).
+    end = time.perf_counter() + cap_s
     left = lambda: end - time.perf_counter()
-    if t_warm < 0.1 * cap_s:  # a cheap second warm-up: the first may have compiled or autotuned
-        spt = min(spt, _timed(engine, prepared, [0], True, device)[0] / max(cost([0]), 1))
-    if t_warm >= 0.6 * (left() + t_warm):  # the warm-up took the cell's budget: it is the measurement
+    t_again, logits = _timed(engine, prepared, [0], True, device)  # the first may have compiled or autotuned
+    t_warm = min(t_warm, t_again)
+    spt = t_warm / max(cost([0]), 1)
+    if t_warm >= 0.6 * cap_s:  # one instance takes the cell's budget: its warm-up is the measurement
         cell.instances, cell.offline_s, cell.logits, cell.cold = [0], [t_warm], logits, True
     else:
         try:  # online warm-up (it may capture graphs: its time says nothing about offline speed)
@@ -135,7 +138,8 @@ def measure(
 
 
 def seconds_per_token(engine: Engine, work: Work, cell: Cell) -> float | None:
-    """The cell's measured speed, for predicting the engine's next cells."""
-    if not cell.offline_s:
+    """The cell's measured speed, for predicting the engine's next cells; None from a cold cell, whose one
+    run may hold a compile."""
+    if not cell.offline_s or cell.cold:
         return None
     return min(cell.offline_s) / max(computed_tokens(engine, work, cell.instances), 1)
