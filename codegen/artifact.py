@@ -122,6 +122,7 @@ def write_artifact(inputs: ArtifactInputs, out: Path) -> dict[str, Any]:
         "model": {"config_sha256": sha256_file(model / "config.json"),
                   "tokenizer_sha256": _tree_hash(tokenizer, model),
                   "weights_sha256": _tree_hash(weights, model),
+                  "weight_sizes": {f.name: f.stat().st_size for f in weights},
                   "weights": "weights" if inputs.bundle_weights else str(model.resolve())},
         "buckets": buckets,
         "kernels": {key: _kernel_summary(inputs.kernels[key], digests[key]) for key in sorted(inputs.kernels)},

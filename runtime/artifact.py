@@ -59,9 +59,32 @@ def load_manifest(directory: str | Path, target: str | None = None, allow_incomp
 
 
 def weights_dir(directory: str | Path, manifest: dict[str, Any]) -> Path:
-    """Where the weights are: bundled inside, or the referenced model directory."""
-    ref = manifest["model"]["weights"]
-    return Path(directory) / ref if ref == "weights" else Path(ref)
+    """Where the weights are: bundled inside (their hashes are the manifest's `files`), or the referenced
+    model directory, checked against what was compiled: its config.json's sha256 and each weight file's
+    size (hashing gigabytes of weights at every load would cost seconds: a file rewritten in place with
+    the same size is not caught). ArtifactError says what differs."""
+    model = manifest["model"]
+    ref = model["weights"]
+    if ref == "weights":
+        return Path(directory) / ref
+    path = Path(ref)
+    fix = f"recompile the artifact against the model at {path}, or put that model back"
+    try:
+        config = _sha256(path / "config.json")
+    except OSError:
+        raise ArtifactError(f"{directory}: the referenced model {path} is missing (no config.json); {fix}") from None
+    if config != model["config_sha256"]:
+        raise ArtifactError(f"{directory}: the referenced model {path} has another config.json than the one "
+                            f"compiled against; {fix}")
+    for name, size in sorted(model["weight_sizes"].items()):
+        try:
+            actual = (path / name).stat().st_size
+        except OSError:
+            raise ArtifactError(f"{directory}: the referenced weight file {path / name} is missing; {fix}") from None
+        if actual != size:
+            raise ArtifactError(f"{directory}: the referenced weight file {path / name} has {actual} bytes, "
+                                f"the compiled one had {size}; {fix}")
+    return path
 
 
 def _sha256(path: Path) -> str:

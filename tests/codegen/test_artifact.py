@@ -161,6 +161,30 @@ def test_wrong_target_and_version_are_refused(copy) -> None:
         load_manifest(copy / "tokenizer")
 
 
+def test_referenced_weights_are_checked_against_the_compiled_model(tiny_checkpoint, tmp_path) -> None:
+    model = tmp_path / "model"
+    shutil.copytree(tiny_checkpoint, model)
+    out = tmp_path / "referenced"
+    compile_artifact(EXAMPLES / "classifier.flide", model, "cpu", out)
+    m = load_manifest(out, target="cpu")
+    assert weights_dir(out, m) == model.resolve()
+    weights = model / "model.safetensors"
+    with open(weights, "ab") as f:  # the same name, another size
+        f.write(b"\0")
+    with pytest.raises(ArtifactError, match=r"model.safetensors has \d+ bytes, the compiled one had \d+; recompile"):
+        weights_dir(out, m)
+    weights.unlink()
+    with pytest.raises(ArtifactError, match=r"model.safetensors is missing; recompile the artifact against"):
+        weights_dir(out, m)
+    config = model / "config.json"
+    config.write_text(config.read_text().replace("}", ', "note": 1}', 1))
+    with pytest.raises(ArtifactError, match="has another config.json than the one compiled against"):
+        weights_dir(out, m)
+    shutil.rmtree(model)
+    with pytest.raises(ArtifactError, match=r"the referenced model .* is missing \(no config.json\)"):
+        weights_dir(out, m)
+
+
 def test_cpu_artifact_answers_with_the_reference_executor(tiny_checkpoint, tmp_path) -> None:
     out = tmp_path / "bundled"
     compile_artifact(EXAMPLES / "classifier.flide", tiny_checkpoint, "cpu", out, bundle_weights=True)
