@@ -61,7 +61,6 @@ class FlidecCompiled:
     def load(self, model_dir: Path, device: str) -> dict:
         from flidec.runtime.program import load
 
-        self.device = device
         for spec, artifact in self.artifacts.items():
             self.programs[spec] = load(artifact, device, dtype="bf16")
         return {"dtype": "bf16", "artifacts": sorted(p.name for p in self.artifacts), "compile_s": self.compile_s}
