@@ -2,7 +2,7 @@
 
 Consumes a seeded `random.Random` and a domain's facts; produces `Posed` (a System One question object in
 the shapes of shared/API.md plus the index of the answer its rules give: the option for a choice, the level
-for a score, 0 = yes / 1 = no for a noul). Choice options are a random subset of a pool that holds the
+for a score, 0 = yes / 1 = no for a noul; a choice also keeps its option pool). Choice options are a random subset of a pool that holds the
 answer, in random order; score levels are n words picked evenly from a 10-word scale; the answer level is
 the state's cue bin scaled to the level count (`ordinal_level`).
 """
@@ -21,6 +21,7 @@ SCALE = 10  # every score family's level words: 10 of them, low to high
 class Posed:
     question: dict  # {"type": ..., "instructions"?: ..., "criteria"?: ...}
     answer: int
+    pool: tuple[str, ...] = ()  # a choice's option pool: demo_data's verbatim variant redraws options from it
 
 
 def noul(instructions: str | None, yes: bool, criteria: Mapping[str, str] | None = None) -> Posed:
@@ -46,7 +47,7 @@ def choice(rng: random.Random, instructions: str | None, pool: Sequence[str], co
     q: dict = {"type": "choice", "criteria": criteria}
     if instructions is not None:
         q["instructions"] = instructions
-    return Posed(q, options.index(correct))
+    return Posed(q, options.index(correct), tuple(pool))
 
 
 def ordinal_level(cue_bin: int, bins: int, levels: int) -> int:

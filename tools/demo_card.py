@@ -35,7 +35,7 @@ format (`examples/systemone.flide`), exactly as flidec reads the model.
 ({run['examples_seen']} requests seen) in {run['train_seconds']:.0f} s on {run['device_name']}, AdamW with
 a time-based cosine schedule, loss: cross-entropy of the label token over the ask's labels
 plus {run['pointer_weight']} x a training-only option pointer (not shipped){f" plus {run['lm_weight']} x next-token loss on the prompt" if run['lm_weight'] else ''}; transformers'
-torch path for the recurrent layers, bf16 autocast.
+torch path for the recurrent layers, bf16 autocast.{curriculum(run)}
 
 ## Held-out scores ({ev['examples']} requests, seed {run['eval_seed']}, bf16 weights read in float32)
 | metric | value | bar |
@@ -50,6 +50,15 @@ changed under reshuffling on {100 * ev['order_flips']:.1f}% of choices. The mode
 
 Reproduce: `{run['command']}`
 """
+
+
+def curriculum(run: dict) -> str:
+    if not run.get("curriculum_frac"):
+        return ""
+    return (f" Curriculum: the first {100 * run['curriculum_frac']:.0f}% of the training time "
+            f"({run['easy_steps']} steps) drew from {run['easy_examples']} easy requests (seed {run['easy_seed']}) "
+            "whose choices have 2-4 options and the answer written in the state; the held-out set is the "
+            "normal mix only.")
 
 
 def write_card(out: Path, results: dict) -> None:

@@ -112,7 +112,7 @@ def aux_layer(config) -> int:
 def loss(model, pointer: torch.nn.Module | None, ids: torch.Tensor, lengths: torch.Tensor,
          label_ids: torch.Tensor, option_ends: torch.Tensor, targets: torch.Tensor,
          lm_weight: float, pointer_weight: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(total loss, label loss).
+    """(total loss, each example's label loss [B], detached: the caller averages it per ask type).
 
     Label loss: cross-entropy over the ask's labels at the last prompt token (what flidec reads). Pointer
     loss (training only; `pointer` is a Linear(hidden, 1) that is not shipped): for choices, a softmax over
@@ -122,8 +122,8 @@ def loss(model, pointer: torch.nn.Module | None, ids: torch.Tensor, lengths: tor
     """
     mid = aux_layer(model.config) if pointer is not None and pointer_weight else None
     hidden, middle = forward(model, ids, mid)
-    label_loss = F.cross_entropy(label_logits(model, hidden, lengths, label_ids), targets)
-    total = label_loss
+    label_losses = F.cross_entropy(label_logits(model, hidden, lengths, label_ids), targets, reduction="none")
+    total = label_losses.mean()
     choice = option_ends[:, 0] >= 0
     if middle is not None and bool(choice.any()):
         ends, rows = option_ends[choice], middle[choice]
@@ -136,4 +136,4 @@ def loss(model, pointer: torch.nn.Module | None, ids: torch.Tensor, lengths: tor
         lm_targets = ids[:, 1:].masked_fill(positions[None] >= (lengths[:, None] - 1), -100)
         total = total + lm_weight * F.cross_entropy(logits.flatten(0, 1).float(), lm_targets.flatten(),
                                                     ignore_index=-100)
-    return total, label_loss.detach()
+    return total, label_losses.detach()

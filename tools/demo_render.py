@@ -4,7 +4,8 @@ Consumes Examples (demo_data) and a model directory's tokenizer; produces `Encod
 ids exactly as flidec binds them (the root piece of the state, then the ask piece of the System One question
 against examples/systemone.flide's ask) and the label token ids it reads, plus answers, noisy labels and
 kinds. `encode_set` spreads generation and encoding over processes: the set is chunks of CHUNK examples,
-chunk i generated from seed `seed * SEED_STRIDE + i`, so a set depends only on (seed, count).
+chunk i generated from seed `seed * SEED_STRIDE + i`, so a set depends only on (seed, count, verbatim);
+`verbatim=True` encodes the curriculum's easy mix (demo_data.generate's verbatim choices).
 Relies on: flidec (ir, formats, models.tokenizer), numpy.
 """
 
@@ -142,15 +143,15 @@ def concat(parts: Sequence[Encoded]) -> Encoded:
                      for f in ("label_ids", "option_ends", "answers", "labels", "kinds", "domains")))
 
 
-def chunk_examples(seed: int, index: int, count: int, noise: float = NOISE) -> list[Example]:
-    return list(generate(seed * SEED_STRIDE + index, count, noise))
+def chunk_examples(seed: int, index: int, count: int, noise: float = NOISE, verbatim: bool = False) -> list[Example]:
+    return list(generate(seed * SEED_STRIDE + index, count, noise, verbatim))
 
 
-def set_examples(seed: int, count: int, noise: float = NOISE) -> list[Example]:
-    """The examples of set (seed, count), in order, as encode_set encodes them."""
+def set_examples(seed: int, count: int, noise: float = NOISE, verbatim: bool = False) -> list[Example]:
+    """The examples of set (seed, count, verbatim), in order, as encode_set encodes them."""
     out: list[Example] = []
     for i in range(-(-count // CHUNK)):
-        out += chunk_examples(seed, i, min(CHUNK, count - i * CHUNK), noise)
+        out += chunk_examples(seed, i, min(CHUNK, count - i * CHUNK), noise, verbatim)
     return out
 
 
@@ -159,13 +160,15 @@ def _renderer(model_dir: str) -> Renderer:
     return renderer(load_tokenizer(model_dir))
 
 
-def _encode_chunk(job: tuple[str, int, int, int, float]) -> Encoded:
-    model_dir, seed, index, count, noise = job
-    return encode_examples(_renderer(model_dir), chunk_examples(seed, index, count, noise))
+def _encode_chunk(job: tuple[str, int, int, int, float, bool]) -> Encoded:
+    model_dir, seed, index, count, noise, verbatim = job
+    return encode_examples(_renderer(model_dir), chunk_examples(seed, index, count, noise, verbatim))
 
 
-def encode_set(model_dir: Path, seed: int, count: int, workers: int, noise: float = NOISE) -> Encoded:
-    jobs = [(str(model_dir), seed, i, min(CHUNK, count - i * CHUNK), noise) for i in range(-(-count // CHUNK))]
+def encode_set(model_dir: Path, seed: int, count: int, workers: int, noise: float = NOISE,
+               verbatim: bool = False) -> Encoded:
+    jobs = [(str(model_dir), seed, i, min(CHUNK, count - i * CHUNK), noise, verbatim)
+            for i in range(-(-count // CHUNK))]
     if workers <= 1 or len(jobs) == 1:
         return concat([_encode_chunk(j) for j in jobs])
     # fork: workers inherit the imported modules (and flidec's package mapping when it is not installed)

@@ -5,7 +5,8 @@
 Steps: train a byte-level BPE on synthetic requests (demo_data) and write it with its chat template into
 --out; encode the training set through flidec's next_token format in worker processes; train a Qwen3.5
 (Qwen3_5ForCausalLM, transformers' torch Gated DeltaNet path) until --time-budget-s seconds after the
-script started (or --max-steps); round the weights to bf16, save the HF directory (config.json,
+script started (or --max-steps), the first --curriculum-frac of it on a separately encoded easy mix
+(verbatim choices with 2-4 options; demo_data.verbatim_choice); round the weights to bf16, save the HF directory (config.json,
 model.safetensors, generation_config.json, tokenizer files), evaluate on a held-out set, then write
 eval.json and MODEL_CARD.md there and print a summary. The budget covers everything up to the end of
 training; evaluation and saving come after it (a few seconds on an H200).
@@ -64,6 +65,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--pointer-weight", type=float, default=1.0, help="weight of the training-only option pointer")
     p.add_argument("--noise", type=float, default=0.06, help="training label noise")
     p.add_argument("--workers", type=int, default=max(1, min(16, os.cpu_count() or 1) - 1))
+    p.add_argument("--curriculum-frac", type=float, default=0.3,
+                   help="fraction of the training budget spent on the easy mix first (0: no curriculum)")
+    p.add_argument("--easy-examples", type=int, default=100_000, help="distinct requests in the easy mix")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--log-every", type=int, default=50)
     return p.parse_args(argv)
@@ -90,7 +94,7 @@ def main(argv: list[str] | None = None) -> dict:
     device = torch.device(args.device)
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
-    train_seed, eval_seed, tok_seed = 1000 + args.seed, 2000 + args.seed, 3000 + args.seed
+    train_seed, eval_seed, tok_seed, easy_seed = seeds(args).values()
 
     texts = [demo_render.corpus_text(ex) for ex in demo_render.set_examples(tok_seed, args.tokenizer_examples)]
     tokenizer = demo_tokenizer.save_tokenizer(demo_tokenizer.train_tokenizer(texts, args.vocab_size), out)
@@ -102,6 +106,15 @@ def main(argv: list[str] | None = None) -> dict:
     train_set = demo_render.encode_set(out, train_seed, args.train_examples, args.workers, args.noise)
     lengths = train_set.lengths
     log(f"train set: {len(train_set)} requests, prompt tokens mean {lengths.mean():.0f} max {lengths.max()}")
+    easy_set = None
+    if args.curriculum_frac > 0:
+        easy_set = demo_render.encode_set(out, easy_seed, args.easy_examples, args.workers, args.noise, verbatim=True)
+        log(f"easy set (first {100 * args.curriculum_frac:.0f}% of training): {len(easy_set)} requests, "
+            f"prompt tokens mean {easy_set.lengths.mean():.0f}")
+    chance = {"full": demo_train.chance_losses(train_set),
+              **({"easy": demo_train.chance_losses(easy_set)} if easy_set is not None else {})}
+    log("chance label loss per type: " + "; ".join(
+        f"{name} " + " ".join(f"{k}={v:.2f}" for k, v in c.items()) for name, c in chance.items()))
 
     size = demo_model.SIZES[args.size]
     vocab = -(-tokenizer.vocab_size // 64) * 64
@@ -112,9 +125,10 @@ def main(argv: list[str] | None = None) -> dict:
 
     schedule = demo_train.Schedule(lr=args.lr, batch_tokens=args.batch_tokens, lm_weight=args.lm_weight,
                                    pointer_weight=args.pointer_weight, noise=args.noise, deadline=START + args.time_budget_s,
-                                   max_steps=args.max_steps, seed=args.seed)
-    trained = demo_train.train(model, train_set, pad_id, schedule, device, log, args.log_every)
-    log(f"trained: {trained.steps} steps, {trained.examples} requests in {trained.seconds:.0f} s")
+                                   max_steps=args.max_steps, seed=args.seed, curriculum_frac=args.curriculum_frac)
+    trained = demo_train.train(model, train_set, pad_id, schedule, device, log, args.log_every, easy_set)
+    log(f"trained: {trained.steps} steps ({trained.easy_steps} on the easy mix), {trained.examples} requests "
+        f"in {trained.seconds:.0f} s")
 
     model = model.to(torch.bfloat16)  # the shipped weights; evaluated below as flidec reads them, in float32
     model.config.dtype = torch.bfloat16
@@ -122,7 +136,7 @@ def main(argv: list[str] | None = None) -> dict:
     GenerationConfig(eos_token_id=eos_id, pad_token_id=pad_id, do_sample=False).save_pretrained(out)
     model = model.float()
 
-    eval_examples = demo_render.set_examples(eval_seed, args.eval_examples, args.noise)
+    eval_examples = held_out_examples(args)
     results_eval = demo_eval.evaluate(model, render, eval_examples, pad_id, device)
     shipped = sorted(f.name for f in out.iterdir() if f.is_file())
     megabytes = sum((out / f).stat().st_size for f in shipped) / 1e6
@@ -133,6 +147,8 @@ def main(argv: list[str] | None = None) -> dict:
         "size": dataclasses.asdict(size),
         "parameters": params, "vocab_size": tokenizer.vocab_size, "config_vocab_size": vocab,
         "train_examples": len(train_set), "train_seed": train_seed, "eval_seed": eval_seed,
+        "curriculum_frac": args.curriculum_frac, "easy_examples": len(easy_set) if easy_set is not None else 0,
+        "easy_seed": easy_seed, "easy_steps": trained.easy_steps, "chance_label_loss": chance,
         "noise": args.noise, "lm_weight": args.lm_weight, "pointer_weight": args.pointer_weight, "lr": args.lr, "batch_tokens": args.batch_tokens,
         "steps": trained.steps, "examples_seen": trained.examples, "train_seconds": trained.seconds,
         "total_seconds": time.monotonic() - START, "model_dir_megabytes": megabytes,
@@ -143,6 +159,19 @@ def main(argv: list[str] | None = None) -> dict:
     demo_card.write_card(out, results)
     log(summary(results))
     return results
+
+
+def seeds(args: argparse.Namespace) -> dict[str, int]:
+    """Each set's seed (train, eval, tokenizer, easy): no two sets share one."""
+    return {"train": 1000 + args.seed, "eval": 2000 + args.seed, "tokenizer": 3000 + args.seed,
+            "easy": 4000 + args.seed}
+
+
+def held_out_examples(args: argparse.Namespace) -> list:
+    """The evaluation set: the normal mix only, whatever the curriculum, so runs stay comparable."""
+    import demo_render
+
+    return demo_render.set_examples(seeds(args)["eval"], args.eval_examples, args.noise)
 
 
 def summary(results: dict) -> str:

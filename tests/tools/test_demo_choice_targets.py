@@ -44,7 +44,7 @@ def test_decoded_choice_target_line_names_the_rule_answer(render, demo_dir):
         state_text = text.split("user\n", 1)[1].split("\n\n", 1)[0]
         assert json.loads(state_text) == ex.state  # the state rendered is the state the rules read
         n = ex.options
-        lines = dict(re.findall(r"^([A-Z]): (.*)$", text, flags=re.M))
+        lines = dict(re.findall(r"^([A-Z]): (.*)$", text, flags=re.MULTILINE))
         assert list(lines) == list(string.ascii_uppercase[:n])
         target = int(enc.answers[i])
         label_text = tok.decode([int(enc.label_ids[i, target])])

@@ -71,7 +71,7 @@ def _set_loss(model, enc, pad_id) -> float:
                                  torch.from_numpy(enc.label_ids.astype(np.int64)),
                                  torch.from_numpy(enc.option_ends.astype(np.int64)),
                                  torch.from_numpy(enc.answers), lm_weight=0.0, pointer_weight=0.0)
-    return float(label_loss)
+    return float(label_loss.mean())
 
 
 def test_micro_run_reduces_the_loss(micro):
