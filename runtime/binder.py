@@ -13,6 +13,7 @@ against its whole prompt tokenized in one go (E3 depends on that equality).
 from __future__ import annotations
 
 import json
+from array import array
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -243,7 +244,7 @@ def _pack(plans: list[tuple[int, Plan]], rows: int | None) -> tuple[Stream, tupl
     entries.sort()
     index = {(k, j): n for n, (_, k, j) in enumerate(entries)}
     segments: list[Segment] = []
-    tokens: list[int] = []
+    tokens = array("q")  # extended in place and handed to torch without a copy (~2x torch.tensor(list))
     for level, k, j in entries:
         plan = plans[k][1]
         parent = plan.parents[j]
@@ -251,12 +252,12 @@ def _pack(plans: list[tuple[int, Plan]], rows: int | None) -> tuple[Stream, tupl
         pos0 = segments[pidx].end if pidx >= 0 else 0
         ids = plan.ids[j]
         segments.append(Segment(start=len(tokens), length=len(ids), pos0=pos0, parent=pidx, level=level))
-        tokens += ids
+        tokens.extend(ids)
     used = len(tokens)
     num_rows = used if rows is None else rows
     if num_rows < used:
         raise ValueError(f"the instances need {used} rows, more than the {rows} asked for")
-    tokens += [0] * (num_rows - used)
+    tokens.extend([0] * (num_rows - used))
     reads, sites, lengths = [], [], []
     for k, (i, plan) in enumerate(plans):
         for seg, piece, path in plan.reads:
@@ -265,7 +266,8 @@ def _pack(plans: list[tuple[int, Plan]], rows: int | None) -> tuple[Stream, tupl
             sites.append(Site(i, path, piece))
             lengths.append(s.end)
     meta = build_meta(tuple(segments), tuple(reads), num_rows)
-    return Stream(torch.tensor(tokens, dtype=torch.int64), meta), tuple(sites), lengths
+    return Stream(torch.frombuffer(tokens, dtype=torch.int64) if tokens else torch.zeros(0, dtype=torch.int64),
+                  meta), tuple(sites), lengths
 
 
 def plain_streams(bound: Bound) -> tuple[Stream, ...]:

@@ -3,9 +3,10 @@
 Consumes `recordings/<tree>.<bucket>.json` (written by codegen/recording.py, format in docs/ARTIFACT.md; read
 here without importing codegen) and the model's tensors by name; produces, per recording, the pointer of
 every tensor argument (arena base + byte offset for meta and activation buffers, the weight's or constant
-table's own storage otherwise, plus the element offset of the view) and a MetaStage: a host buffer the
-size of the recording's meta region that the binder's tables are written into, then one host-to-device
-copy. All recordings of an artifact share one arena (as large as the largest): replays run one at a time.
+table's own storage otherwise, plus the element offset of the view) and a MetaStage: two host buffers
+the size of the recording's meta region, used in turn, that the binder's tables are written into, then one
+host-to-device copy. All recordings of an artifact share one arena (as large as the largest): replays run
+one at a time, in order on one CUDA stream.
 Relies on the recording's allocator placing every meta buffer before any activation (they live
 throughout and are allocated first), so the meta region is one contiguous span at the arena's start.
 """
@@ -162,28 +163,51 @@ def meta_span(plan: RecordingPlan) -> tuple[int, int]:
 
 
 class MetaStage:
-    """The host side of one recording's meta region: tables in, one copy to the device arena out."""
+    """The host side of one recording's meta region: tables in, one copy to the device arena out.
+
+    Two host buffers, used in turn: while the copy out of one may still be pending on the device (the
+    runtime binds and fills the next stream before the last one has run), the next fill writes the other.
+    A fill waits for the copy last made from its buffer (an event recorded after it; pinned memory only:
+    from pageable memory the copy is synchronous)."""
 
     def __init__(self, plan: RecordingPlan, pin: bool = False):
         self.plan = plan
         self.lo, self.hi = meta_span(plan)
-        self.host = torch.zeros(self.hi - self.lo, dtype=torch.uint8, pin_memory=pin)
+        self.hosts = tuple(torch.zeros(self.hi - self.lo, dtype=torch.uint8, pin_memory=pin) for _ in range(2))
+        self.copied: list[Any] = [None, None]  # per host buffer: the event after its last copy (CUDA)
+        self.current = 0
         self.requests = tuple(FillRequest(b.name, b.fill, b.shape) for b in plan.meta)
 
+    @property
+    def host(self) -> torch.Tensor:
+        """The host buffer the last fill wrote (the next copy_to copies it)."""
+        return self.hosts[self.current]
+
     def fill(self, tokens: torch.Tensor, meta: StreamMeta) -> None:
-        """Write one stream's tables into the host region (ValueError when the stream does not fit)."""
+        """Write one stream's tables into the next host buffer (ValueError when the stream does not fit)."""
         tables = fill_meta(self.requests, tokens, meta, self.plan.bucket)
         for b in self.plan.meta:
             value = tables[b.name]
             if tuple(value.shape) != b.shape:
                 raise ValueError(f"meta buffer {b.name}: the {b.fill} rule gave {list(value.shape)}, the "
                                  f"recording has {list(b.shape)}")
+        k = 1 - self.current
+        if self.copied[k] is not None:
+            self.copied[k].synchronize()  # its last copy has been read by the device
+            self.copied[k] = None
+        host = self.hosts[k]
+        for b in self.plan.meta:
             start = b.offset - self.lo
-            self.host[start : start + b.nbytes].view(b.torch_dtype).copy_(value.reshape(-1))
+            host[start : start + b.nbytes].view(b.torch_dtype).copy_(tables[b.name].reshape(-1))
+        self.current = k
 
     def copy_to(self, arena: torch.Tensor) -> None:
         """The one host-to-device copy (asynchronous from pinned memory, ordered on the current stream)."""
-        arena[self.lo : self.hi].copy_(self.host, non_blocking=self.host.is_pinned())
+        pinned = self.host.is_pinned()
+        arena[self.lo : self.hi].copy_(self.host, non_blocking=pinned)
+        if pinned and arena.is_cuda:
+            self.copied[self.current] = torch.cuda.Event()
+            self.copied[self.current].record()
 
 
 class DeviceBuffers:

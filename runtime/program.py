@@ -3,22 +3,27 @@
 Consumes an artifact directory (docs/ARTIFACT.md): the manifest (checked by runtime/artifact.load_manifest),
 the tree IR (tree.json), the program IR with each tree's template and bucket ladder (program.txt), the
 tokenizer files, the weights and, for a GPU target, the recordings and kernel records. Produces a Program
-that binds instances from the template (tokenizing only the bound text; runtime/templates.py), packs
-consecutive instances into the smallest bucket that fits, runs the stream and returns, per instance, its
-answer object (runtime/answers.py) or `{"error": {...}}`.
+that plans instances from the template (tokenizing only the bound text; runtime/templates.py), splits an
+instance over the largest bucket at tree boundaries (`split_plan`: sub-plans that each keep their reads'
+whole paths; E1 makes the merged reads the bits of the whole), packs consecutive instances or sub-plans into
+the smallest bucket that fits, runs the streams and returns, per instance, its answer object
+(runtime/answers.py) or `{"error": {...}}` (a read whose path alone is over the largest bucket is one).
 Two engines run a bound stream: on CUDA, `GraphEngine` fills the bucket's meta region on the host, copies it
 to the arena in one piece and replays the bucket's CUDA graph, captured at load from the recording's
-launches (runtime/buffers.py, runtime/launch.py; nothing is traced, compiled or tuned); on the CPU, the
-reference executor runs the model graph (runtime/reference). Imports torch, numpy, tokenizers, safetensors
-and flidec.ir / flidec.runtime / flidec.models only (cuda.core lazily on the GPU path): never Triton, lark
-or the compiler's packages. An instance larger than the largest bucket is refused on the GPU (per row).
+launches (runtime/buffers.py, runtime/launch.py; nothing is traced, compiled or tuned), then copies the
+logits to pinned host memory, all asynchronously on one CUDA stream: a call of several streams plans and
+binds stream i+1 while the device runs stream i. On the CPU, the reference executor runs the model graph
+(runtime/reference), one stream after the other. Imports torch, numpy, tokenizers, safetensors and
+flidec.ir / flidec.runtime / flidec.models only (cuda.core lazily on the GPU path): never Triton, lark or
+the compiler's packages.
 """
 
 from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Mapping, Sequence
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -34,10 +39,10 @@ from flidec.ir.template import Sizes
 from flidec.ir.tree import Tree
 from flidec.runtime.answers import assemble
 from flidec.runtime.artifact import load_manifest, weights_dir
-from flidec.runtime.binder import Bound, Plan, bound_from_plans
+from flidec.runtime.binder import Bound, Plan, Shape, Site, bound_from_plans
 from flidec.runtime.buffers import DeviceBuffers, MetaStage, RecordingPlan, read_recording
 from flidec.runtime.launch import CompiledKernel, Launch, Launcher, grid3, pack_args, read_kernel
-from flidec.runtime.meta import Stream, pad_meta
+from flidec.runtime.meta import Stream, build_meta, pad_meta
 from flidec.runtime.next_token import NextTokenFormat
 from flidec.runtime.templates import _TemplateWalker
 
@@ -50,12 +55,39 @@ def error_record(e: FlideError) -> dict:
     return {"error": {"type": type(e).__name__, "problems": problems}}
 
 
+class Pending(Protocol):
+    def result(self) -> torch.Tensor:
+        """The stream's label logits, [reads, >= labels] float32 on the host (waits for the device)."""
+        ...
+
+
 class Engine(Protocol):
     needs_bucket: bool  # streams are padded to a compiled bucket (static buffers) or run as they are
 
-    def run(self, tree: str, bucket: Bucket | None, stream: Stream) -> torch.Tensor:
-        """Label logits of the stream's reads, [reads, >= labels] float32 on the host."""
+    def submit(self, tree: str, bucket: Bucket | None, stream: Stream) -> Pending:
+        """Start running the stream after every stream submitted before it. One caller at a time (the
+        Program's lock); `result()` may be called later from any thread, without the lock."""
         ...
+
+
+@dataclass(frozen=True)
+class _Done:
+    logits: torch.Tensor
+
+    def result(self) -> torch.Tensor:
+        return self.logits
+
+
+@dataclass(frozen=True)
+class _Copying:
+    """Logits on their way to pinned host memory: an asynchronous copy, then an event recorded after it."""
+
+    host: torch.Tensor
+    copied: Any  # torch.cuda.Event
+
+    def result(self) -> torch.Tensor:
+        self.copied.synchronize()
+        return self.host
 
 
 # ---- engines ------------------------------------------------------------------------------------------------
@@ -76,12 +108,16 @@ class ReferenceEngine:
         self.executor = ReferenceExecutor(torch.fx.symbolic_trace(module))
         self.device = device
 
-    def run(self, tree: str, bucket: Bucket | None, stream: Stream) -> torch.Tensor:
-        return self.executor.run_stream(stream, self.device).cpu()
+    def submit(self, tree: str, bucket: Bucket | None, stream: Stream) -> Pending:
+        return _Done(self.executor.run_stream(stream, self.device).cpu())
 
 
 class GraphEngine:
-    """A GPU artifact's buckets (by "tree/bucket"): per bucket its resolved launches, meta stage and (optionally) CUDA graph."""
+    """A GPU artifact's buckets (by "tree/bucket"): per bucket its resolved launches, meta stage and (optionally)
+    CUDA graph. `submit` enqueues a stream's meta copy, its replay and the copy of its logits into fresh pinned
+    memory on one CUDA stream (the one current at load) and returns without waiting, so the host can bind the
+    next stream meanwhile: every step of stream i+1 is ordered after stream i's logits copy, the meta stage's
+    host buffers are doubled (runtime/buffers.py), and each result owns its host tensor."""
 
     needs_bucket = True
 
@@ -98,6 +134,7 @@ class GraphEngine:
                 raise ArtifactError(f"bucket {name}: no kernel for {', '.join(plan.missing)}")
             self.launches[name] = tuple(self._resolve(name, plan, kernels))
             self.stages[name] = MetaStage(plan, pin=device.type == "cuda")
+        self.stream = torch.cuda.current_stream(device) if device.type == "cuda" else None
         self.graphs: dict[str, Any] = {}
         if graphs:
             for name in self.plans:
@@ -119,9 +156,24 @@ class GraphEngine:
         for handle, launch in self.launches[name]:
             self.launcher.launch(handle, launch)
 
-    def run(self, tree: str, bucket: Bucket | None, stream: Stream) -> torch.Tensor:
+    def submit(self, tree: str, bucket: Bucket | None, stream: Stream) -> Pending:
         assert bucket is not None
-        key = f"{tree}/{bucket.name}"
+        if self.stream is None:  # a CPU arena (tests' fake launchers): every step is done when it returns
+            return _Done(self._enqueue(f"{tree}/{bucket.name}", stream).clone())
+        with torch.cuda.stream(self.stream):
+            out = self._enqueue(f"{tree}/{bucket.name}", stream)
+            host = torch.empty(out.shape, dtype=out.dtype, pin_memory=True)
+            host.copy_(out, non_blocking=True)
+            copied = torch.cuda.Event()
+            copied.record()
+        return _Copying(host, copied)
+
+    def run(self, tree: str, bucket: Bucket | None, stream: Stream) -> torch.Tensor:
+        """Submit and wait: the stream's label logits on the host."""
+        return self.submit(tree, bucket, stream).result()
+
+    def _enqueue(self, key: str, stream: Stream) -> torch.Tensor:
+        """Fill the meta stage, copy it to the arena, replay; the logits' rows as a view of the arena."""
         stage = self.stages[key]
         stage.fill(stream.tokens, stream.meta)
         stage.copy_to(self.buffers.arena)
@@ -129,19 +181,10 @@ class GraphEngine:
             self.graphs[key].replay()
         else:
             self._launch_all(key)
-        plan = self.plans[key]
-        return self.buffers.output(plan)[: len(stream.meta.reads)].cpu()
+        return self.buffers.output(self.plans[key])[: len(stream.meta.reads)]
 
 
-# ---- binding and packing ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Planned:
-    index: int  # in the caller's list
-    plan: Plan
-    shape: object
-    sizes: Sizes
+# ---- binding, splitting and packing -------------------------------------------------------------------------
 
 
 def plan_sizes(plan: Plan) -> Sizes:
@@ -153,7 +196,7 @@ def plan_sizes(plan: Plan) -> Sizes:
 
 
 def combine(a: Sizes, b: Sizes) -> Sizes:
-    """The needs of two instances packed into one stream."""
+    """The needs of two instances packed into one stream (or of two disjoint parts of one plan)."""
     return Sizes(a.rows + b.rows, a.segments + b.segments, max(a.depth, b.depth), a.reads + b.reads,
                  max(a.labels, b.labels))
 
@@ -163,6 +206,120 @@ def stream_sizes(stream: Stream) -> Sizes:
     depth = 1 + max((len(a) for a in meta.ancestors), default=0)
     labels = max((len(r.labels) for r in meta.reads), default=0)
     return Sizes(meta.num_rows, len(meta.segments), depth, len(meta.reads), labels)
+
+
+def _fits(need: Sizes, bucket: Bucket) -> bool:
+    return bucket.fits(need.rows, need.segments, need.depth, need.reads, need.labels)
+
+
+def _misfit(need: Sizes, bucket: Bucket) -> str:
+    """What of `need` the bucket does not hold, in words: "300 rows; the largest bucket (r256) holds 256 rows"."""
+    caps = {"rows": bucket.rows, "segments": bucket.segments, "levels": bucket.depth, "reads": bucket.reads,
+            "labels per read": bucket.labels}
+    needs = dict(zip(caps, (need.rows, need.segments, need.depth, need.reads, need.labels)))
+    over = [k for k in caps if needs[k] > caps[k]]
+    return (f"{', '.join(f'{needs[k]} {k}' for k in over)}; the largest bucket ({bucket.name}) holds "
+            f"{', '.join(f'{caps[k]} {k}' for k in over)}")
+
+
+def split_plan(plan: Plan, bucket: Bucket) -> list[tuple[Plan, tuple[int, ...]]]:
+    """Split a plan that does not fit `bucket` at tree boundaries: sub-plans that each fit it, with the plan's
+    read indices each one holds (every read in exactly one). A sub-plan keeps the whole ancestor path of the
+    segments it holds plus a run of whole subtrees, packed greedily in plan order; a subtree too large even
+    alone with its path is split the same way one level down; subtrees with no read are left out. A read's
+    path (tokens, positions, fork points) is the same in its sub-plan as in the plan, so by E1 its bits are
+    too. InstanceError when the path of some read does not fit on its own (naming it and what is over)."""
+    n = len(plan.ids)
+    children: list[list[int]] = [[] for _ in range(n)]
+    level = [0] * n
+    for j, p in enumerate(plan.parents):
+        if p >= 0:
+            children[p].append(j)
+            level[j] = level[p] + 1
+    own_reads: list[list[int]] = [[] for _ in range(n)]
+    for r, (seg, _, _) in enumerate(plan.reads):
+        own_reads[seg].append(r)
+
+    def labels(reads: list[int]) -> int:
+        return max((len(plan.reads[r][1].labels) for r in reads), default=0)
+
+    subtree = [Sizes(len(plan.ids[j]), 1, level[j] + 1, len(own_reads[j]), labels(own_reads[j])) for j in range(n)]
+    for j in reversed(range(n)):  # children come after their parents
+        if plan.parents[j] >= 0:
+            subtree[plan.parents[j]] = combine(subtree[plan.parents[j]], subtree[j])
+
+    def members(j: int) -> tuple[list[int], list[int]]:  # the segments and reads of j's subtree
+        segs, reads, todo = [], [], [j]
+        while todo:
+            k = todo.pop()
+            segs.append(k)
+            reads += own_reads[k]
+            todo += children[k]
+        return segs, reads
+
+    out: list[tuple[Plan, tuple[int, ...]]] = []
+
+    def emit(segs: list[int], reads: list[int]) -> None:
+        if not reads:
+            return
+        segs, reads = sorted(segs), sorted(reads)
+        local = {s: k for k, s in enumerate(segs)}
+        sub = Plan([plan.ids[s] for s in segs], [local.get(plan.parents[s], -1) for s in segs],
+                   [(local[plan.reads[r][0]], plan.reads[r][1], plan.reads[r][2]) for r in reads])
+        out.append((sub, tuple(reads)))
+
+    def visit(j: int, path: list[int], above: Sizes) -> None:  # j's subtree with its path does not fit
+        own = path + [j]
+        base = Sizes(above.rows + len(plan.ids[j]), above.segments + 1, level[j] + 1, 0, 0)
+        need = combine(base, Sizes(0, 0, 0, len(own_reads[j]), labels(own_reads[j])))
+        if not _fits(need, bucket):
+            first = own_reads[j][0] if own_reads[j] else min(members(j)[1])
+            problem = f"{plan.reads[first][2]}: its path alone needs {_misfit(need, bucket)}"
+            raise InstanceError([problem])
+        segs, reads = list(own), list(own_reads[j])
+        for c in children[j]:
+            if subtree[c].reads == 0:
+                continue  # no read needs it
+            more = combine(need, subtree[c])
+            if _fits(more, bucket):
+                cs, cr = members(c)
+                segs, reads, need = segs + cs, reads + cr, more
+            elif _fits(combine(base, subtree[c]), bucket):
+                emit(segs, reads)
+                cs, cr = members(c)
+                segs, reads, need = own + cs, cr, combine(base, subtree[c])
+            else:
+                visit(c, own, base)
+        emit(segs, reads)
+
+    for root in (j for j in range(n) if plan.parents[j] < 0):
+        if subtree[root].reads == 0:
+            continue
+        if _fits(subtree[root], bucket):
+            emit(*members(root))
+        else:
+            visit(root, [], Sizes(0, 0, 0, 0, 0))
+    return out
+
+
+@dataclass(frozen=True)
+class _Piece:
+    """One stream's share of one instance: its whole plan or a sub-plan of it."""
+
+    index: int  # the instance's index in the caller's list
+    plan: Plan
+    sizes: Sizes
+    reads: tuple[int, ...]  # the instance's read index of each of the plan's reads, in order
+
+
+@dataclass
+class _Answered:
+    """One instance's reads gathered from its streams, in its plan order."""
+
+    plan: Plan
+    shape: Shape
+    rows: list[torch.Tensor | None]  # per read: its label logits row
+    input_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -185,8 +342,9 @@ class TreeRuntime:
 
 
 class Program:
-    """A loaded artifact. `run` is thread-safe: binding runs in the caller's thread, one stream at a time
-    runs on the device (the buckets share one arena)."""
+    """A loaded artifact. `run` is thread-safe: binding runs in the caller's thread, one stream at a time is
+    submitted to the device (the buckets share one arena) and, on CUDA, each call binds its next stream while
+    the device runs its last."""
 
     def __init__(self, trees: Mapping[str, TreeRuntime], fmt: NextTokenFormat, engine: Engine,
                  served_name: str, manifest: Mapping[str, Any]):
@@ -210,12 +368,14 @@ class Program:
     def run(self, instances: Sequence[object], tree: str | None = None) -> list[dict]:
         """Per instance, in order: its answer object (a System One response for wire="systemone" trees) or
         `{"error": {"type", "problems"}}`."""
-        batches, errors = self._run_batches(instances, tree)
+        t = self.tree(tree)
+        answered, errors = self._run_all(instances, t)
         out: list[dict | None] = [None] * len(instances)
-        for bound, indices, logits in batches:
-            answers = assemble(bound, logits, served_name=self.served_name) if logits is not None else []
-            for k, i in enumerate(indices):
-                out[i] = answers[k]
+        for i, a in answered.items():
+            sites = tuple(Site(0, path, piece) for _, piece, path in a.plan.reads)
+            # assemble reads only the sites, shapes, format, wire and input tokens of a Bound
+            bound = Bound(_NO_STREAM, sites, (a.shape,), {}, self.fmt, t.tree.wire, 0, (a.input_tokens,))
+            out[i] = assemble(bound, _stacked(a), served_name=self.served_name)[0]
         for i, e in errors.items():
             out[i] = error_record(e)
         return out  # type: ignore[return-value]
@@ -224,13 +384,10 @@ class Program:
                      ) -> list[torch.Tensor | FlideError]:
         """Per instance: the label logits of its reads in its plan order, [reads, its most labels] float32
         (-inf past a read's own labels), or why it was not run. For exactness tests and tools."""
-        batches, errors = self._run_batches(instances, tree)
+        answered, errors = self._run_all(instances, self.tree(tree))
         out: list[torch.Tensor | FlideError | None] = [None] * len(instances)
-        for bound, indices, logits in batches:
-            for k, i in enumerate(indices):
-                rows = [r for r, site in enumerate(bound.sites) if site.instance == k]
-                width = max((len(bound.sites[r].piece.labels) for r in rows), default=0)
-                out[i] = logits[rows, :width] if logits is not None else torch.zeros(0, 0)
+        for i, a in answered.items():
+            out[i] = _stacked(a)
         for i, e in errors.items():
             out[i] = e
         return out  # type: ignore[return-value]
@@ -242,78 +399,114 @@ class Program:
         need = stream_sizes(stream)
         if bucket is not None:
             chosen = next((p.bucket for p in t.program.buckets if p.bucket.name == bucket), None)
-            if chosen is None or not chosen.fits(need.rows, need.segments, need.depth, need.reads, need.labels):
+            if chosen is None or not _fits(need, chosen):
                 raise FlideError(f"the stream does not fit bucket {bucket}")
         else:
             chosen = t.program.bucket_for(need)
-        return self._execute(t.tree.name, chosen, stream)
+        if chosen is None and self.engine.needs_bucket:
+            raise InstanceError([f"the stream needs {_misfit(need, t.largest)}"])
+        return self._submit(t.tree.name, chosen, stream).result()
 
     # -- internals --------------------------------------------------------------------------------------------
 
-    def _execute(self, tree: str, bucket: Bucket | None, stream: Stream) -> torch.Tensor:
+    def _submit(self, tree: str, bucket: Bucket | None, stream: Stream) -> Pending:
         if self.engine.needs_bucket:
-            if bucket is None:
-                raise InstanceError([f"the stream needs {stream.meta.num_rows} rows; no compiled bucket holds it"])
+            assert bucket is not None
             stream = _padded(stream, bucket.rows)
         with self._lock:
-            logits = self.engine.run(tree, bucket, stream)
+            pending = self.engine.submit(tree, bucket, stream)
             used = sum(seg.length for seg in stream.meta.segments)
             self.stats = Stats(self.stats.streams + 1, self.stats.stream_tokens + used,
                                self.stats.questions + len(stream.meta.reads))
-            return logits
+        return pending
 
-    def _run_batches(self, instances: Sequence[object], tree: str | None
-                     ) -> tuple[list[tuple[Bound, list[int], torch.Tensor | None]], dict[int, FlideError]]:
-        """Bind every instance (errors by caller index), pack them in groups and run each group's stream:
-        (bound group, caller indices, its logits or None when it has no read) per stream."""
-        t = self.tree(tree)
-        walker = _TemplateWalker(t.tree, t.program.template, self.fmt)
-        planned: list[_Planned] = []
+    def _run_all(self, instances: Sequence[object], t: TreeRuntime
+                 ) -> tuple[dict[int, _Answered], dict[int, FlideError]]:
+        """Plan every instance (errors by caller index), split those over the largest bucket, pack the pieces
+        into streams and run them, gathering each instance's reads back in its plan order. Pipelined: the
+        instances of stream i+1 are planned (tokenized), bound and submitted before stream i's logits are
+        waited for, so on CUDA the host's part of a stream overlaps the device's part of the one before."""
+        answered: dict[int, _Answered] = {}
         errors: dict[int, FlideError] = {}
+        waiting: deque[tuple[list[_Piece], Bound, Pending]] = deque()
+        for group, bucket in _groups(self._pieces(instances, t, answered, errors), t):
+            bound = bound_from_plans(t.tree, self.fmt, group, lambda p: (p.plan, None))
+            waiting.append((group, bound, self._submit(t.tree.name, bucket, bound.stream)))
+            if len(waiting) > 1:
+                _gather(*waiting.popleft(), answered)
+        while waiting:
+            _gather(*waiting.popleft(), answered)
+        return answered, errors
+
+    def _pieces(self, instances: Sequence[object], t: TreeRuntime, answered: dict[int, _Answered],
+                errors: dict[int, FlideError]) -> Iterator[_Piece]:
+        """Each instance planned (its InstanceError into `errors`), whole or split to fit the largest bucket."""
+        walker = _TemplateWalker(t.tree, t.program.template, self.fmt)
         for i, inst in enumerate(instances):
             try:
                 validate_instance(t.tree, inst)  # token bounds are the template slots' (enforced by the walker)
                 if not isinstance(inst, Mapping) or t.tree.state.name not in inst:
                     raise InstanceError([f"{t.tree.state.name}: missing"])
                 plan, shape = walker.plan(inst)
+                sizes = plan_sizes(plan)
+                whole = [(plan, tuple(range(len(plan.reads))))]
+                try:
+                    parts = whole if _fits(sizes, t.largest) else split_plan(plan, t.largest)
+                except InstanceError:
+                    if self.engine.needs_bucket:
+                        raise
+                    parts = whole  # the reference executor runs a stream of any size
             except InstanceError as e:
                 errors[i] = e
                 continue
-            planned.append(_Planned(i, plan, shape, plan_sizes(plan)))
-        batches = []
-        for group, bucket in _groups(planned, t):
-            if bucket is None and self.engine.needs_bucket:
-                s, big = group[0].sizes, t.largest
-                problem = (f"the instance needs {s.rows} rows, {s.segments} segments, {s.reads} reads; the largest "
-                           f"bucket ({big.name}) holds {big.rows} rows, {big.segments} segments, {big.reads} reads")
-                errors[group[0].index] = InstanceError([problem])
-                continue
-            bound = _bind(t.tree, group, self.fmt)
-            logits = self._execute(t.tree.name, bucket, bound.stream) if bound.sites else None
-            batches.append((bound, [p.index for p in group], logits))
-        return batches, errors
+            answered[i] = _Answered(plan, shape, [None] * len(plan.reads))
+            for p, reads in parts:
+                yield _Piece(i, p, sizes if len(parts) == 1 else plan_sizes(p), reads)
 
 
-def _groups(planned: list[_Planned], t: TreeRuntime):
-    """Consecutive instances per stream while they fit the largest bucket, each group in the smallest bucket
-    that holds it; an instance that fits no bucket goes alone (bucket None)."""
+_NO_STREAM = Stream(torch.zeros(0, dtype=torch.int64), build_meta((), (), 0))
+
+
+def _gather(group: list[_Piece], bound: Bound, pending: Pending, answered: dict[int, _Answered]) -> None:
+    """Route a stream's logits rows to the instances its pieces belong to (the binder lays each piece's reads
+    out contiguously, in piece order, each in its plan order)."""
+    logits = pending.result()
+    row = 0
+    for k, piece in enumerate(group):
+        a = answered[piece.index]
+        for r in piece.reads:
+            a.rows[r] = logits[row]
+            row += 1
+        a.input_tokens += bound.input_tokens[k]
+    assert row == len(bound.sites)
+
+
+def _stacked(a: _Answered) -> torch.Tensor:
+    """[reads, the instance's most labels] float32, -inf past each read's own labels."""
+    width = max((len(piece.labels) for _, piece, _ in a.plan.reads), default=0)
+    out = torch.full((len(a.rows), width), float("-inf"))
+    for r, row in enumerate(a.rows):
+        assert row is not None
+        w = min(width, row.shape[0])
+        out[r, :w] = row[:w]
+    return out
+
+
+def _groups(pieces: Iterable[_Piece], t: TreeRuntime) -> Iterator[tuple[list[_Piece], Bucket | None]]:
+    """Consecutive pieces per stream while they fit the largest bucket, each group in the smallest bucket
+    that holds it; a piece that fits no bucket (on the reference engine only) goes alone (bucket None)."""
     largest = t.largest
-    group: list[_Planned] = []
+    group: list[_Piece] = []
     need: Sizes | None = None
-    for p in planned:
+    for p in pieces:
         both = p.sizes if need is None else combine(need, p.sizes)
-        if group and not largest.fits(both.rows, both.segments, both.depth, both.reads, both.labels):
+        if group and not _fits(both, largest):
             yield group, t.program.bucket_for(need)  # type: ignore[arg-type]
             group, both = [], p.sizes
         group.append(p)
         need = both
     if group:
         yield group, t.program.bucket_for(need)  # type: ignore[arg-type]
-
-
-def _bind(tree: Tree, group: list[_Planned], fmt: NextTokenFormat) -> Bound:
-    """One stream of the group's already planned instances, laid out as the binder lays out any."""
-    return bound_from_plans(tree, fmt, group, lambda p: (p.plan, p.shape))
 
 
 def _padded(stream: Stream, rows: int) -> Stream:
