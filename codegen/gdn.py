@@ -1,4 +1,4 @@
-"""Forked Gated DeltaNet: the chunked gated delta rule over each segment's path, in two kinds of launch.
+"""Forked Gated DeltaNet: the chunked gated delta rule over each segment's path, in three kinds of launch.
 
 Consumes q/k [T, Hk, Dk], v [T, Hv, Dv], the log-decay g and write strength beta [T, Hv] (fp32; or, with the
 gate fused, the raw projections a and b in the model dtype plus A_log and dt_bias), the GdnTables of
@@ -7,15 +7,16 @@ slots [slots, Hv, Dk, Dv]; produces out [T, Hv, Dv] in v's dtype, written only a
 state slots that deeper levels start from.
 Work items are segments; an item's chunks are CHUNK absolute positions each, the first gathering the
 ancestors' tail rows by index before the segment's own rows, so a branch forking inside a chunk recomputes
-only that chunk. The work splits as in flash-linear-attention's chunked kernels:
+only that chunk. The work splits as in flash-linear-attention's chunked kernels (GdnSpec.calls):
 - `gdn_prep_kernel`, one launch over every chunk of every level at once, one program per (chunk slot, value
   head): all that does not depend on the state entering the chunk, in fp32 (the reference's WY/UT form):
-  q, k L2-normalised (q also scaled), decays from the in-chunk cumulative sum of g, the unit lower
-  triangular system inverted blockwise, and from it w, u, q e^cum, k e^(last - cum), the masked in-chunk
-  attention and the chunk's total decay, written to the ChunkWork;
-- `gdn_scan_kernel`, one launch per tree level, one program per (item, value head, BLOCK_V value columns):
-  the state's walk, four products per chunk, from the item's src slot (or zeros) to its outputs and, after
-  its last full chunk, its dst slot.
+  q, k L2-normalised (q also scaled), decays from the in-chunk cumulative sum of g, the masked in-chunk
+  attention, q e^cum, k e^(last - cum), the chunk's total decay, the unit lower triangular system inverted
+  blockwise, and from it w and u, written to the ChunkWork;
+- `gdn_state_kernel`, one launch per tree level, one program per (item, value head, BLOCK_V value columns):
+  the state's walk, two dependent products per chunk, from the item's src slot (or zeros), saving the state
+  entering each chunk and v_new, and after its last full chunk its dst slot;
+- `gdn_out_kernel`, one launch over every chunk slot: out = qe S + attn v_new, independent per chunk.
 Relies on (E3): a row's bits depend only on the positions at or before it on its path: every product whose
 row index precedes its column index is masked to an exact zero, positions past a segment's end load zeros,
 and chunk boundaries are absolute, so a chunk holds the same rows at the same places in a forked stream and
@@ -39,24 +40,29 @@ from flidec.runtime.tables import ITEM_FIELDS, GdnTables, gdn_tables
 
 @dataclass(frozen=True, slots=True)
 class GdnTiles:
-    block_v: int  # scan: value columns per program (its state block in registers is Dk x block_v)
-    scan_warps: int
+    block_v: int  # state walk: value columns per program (its state block in registers is Dk x block_v)
+    state_warps: int
     prep_warps: int  # prep holds [CHUNK, Dk] and [CHUNK, Dv] fp32 tiles at once
-    dot: str  # tl.dot input precision of the fp32 products
+    block_o: int  # outputs: value columns per program
+    out_warps: int
+    dot: str  # tl.dot input precision of the products the state and the WY system depend on
+    out_dot: str  # ... and of those only an output row depends on (q k^T, and qe S + attn v_new)
 
 
-# One tile choice per value head dim, shared by every bucket (E3). The fp32 products run as tf32x3 (three
-# tf32 tensor-core products, about fp32 accuracy): "ieee" fp32 dots fall back to FMA loops that spill badly
-# at Dk = Dv = 128 (measured for sm_90 on the one-kernel form this replaced: a 13 KB stack frame against
-# 2.7 KB with tf32x3). At Dk = Dv = 128 for sm_90 (cuobjdump): the scan with 16 value columns and 4 warps
-# spills least (344 B of stack; 32 columns 616 B, 8 warps more) and gives a single segment 8 programs per
-# value head; the prep at 8 warps has 1 KB (4 warps 1.5 KB, 16 warps 2 KB). The interpreter computes every
-# precision in fp32.
+# One tile choice per value head dim, shared by every bucket (E3). What the state and the WY system depend
+# on runs as tf32x3 (three tf32 tensor-core products, about fp32 accuracy): "ieee" fp32 dots fall back to
+# FMA loops that spill badly at Dk = Dv = 128 (a 13 KB stack frame against 2.7 KB, measured on an earlier
+# one-kernel form). Products only an output row depends on run as one tf32 product: their relative error
+# (~5e-4) is under a quarter of the bf16 rounding of that row, and tf32x3 there doubles the output kernel's
+# registers. At Dk = Dv = 128 for sm_90 (cuobjdump, sm_90 cubins built here): the prep at 8 warps takes
+# 128 KB of shared memory and a 360 B stack, the state walk with 16 value columns at 4 warps 408 B (32
+# columns 552 B, 8 warps 672 B), the outputs with 64 columns 80 registers and no stack. The interpreter
+# computes every precision in fp32.
 TILES: dict[int, GdnTiles] = {
-    16: GdnTiles(block_v=16, scan_warps=4, prep_warps=4, dot="tf32x3"),
-    32: GdnTiles(block_v=16, scan_warps=4, prep_warps=4, dot="tf32x3"),
-    64: GdnTiles(block_v=16, scan_warps=4, prep_warps=8, dot="tf32x3"),
-    128: GdnTiles(block_v=16, scan_warps=4, prep_warps=8, dot="tf32x3"),
+    16: GdnTiles(block_v=16, state_warps=4, prep_warps=4, block_o=16, out_warps=4, dot="tf32x3", out_dot="tf32"),
+    32: GdnTiles(block_v=16, state_warps=4, prep_warps=4, block_o=32, out_warps=4, dot="tf32x3", out_dot="tf32"),
+    64: GdnTiles(block_v=16, state_warps=4, prep_warps=8, block_o=64, out_warps=4, dot="tf32x3", out_dot="tf32"),
+    128: GdnTiles(block_v=16, state_warps=4, prep_warps=8, block_o=64, out_warps=4, dot="tf32x3", out_dot="tf32"),
 }
 KEY_DIMS = (16, 32, 64, 128)
 
@@ -68,21 +74,26 @@ _FIELD = {name: i for i, name in enumerate(ITEM_FIELDS)}
 def _unit_lower_inverse(a, CHUNK: tl.constexpr, BLOCK: tl.constexpr, DOT: tl.constexpr):
     """(I + a)^-1 of a strictly lower triangular [CHUNK, CHUNK] a, through BLOCK x BLOCK diagonal blocks.
 
-    With a = a_d + l (a_d its diagonal blocks, l the rest): I + a = (I + a_d)(I + d l) for d = (I + a_d)^-1,
-    and n = d l is nilpotent of order CHUNK / BLOCK = 4, so (I + a)^-1 = (I - n)(I + n^2) d. d comes from
-    forward substitution run on every diagonal block at once, one row of each per step. Every factor is
-    lower triangular with exact zeros above its diagonal, so row i depends on rows at or before i only.
+    With a = a_d + l (a_d its diagonal blocks, l the rest): I + a = (I + a_d)(I + d l) for d = (I + a_d)^-1.
+    a_d is nilpotent of order BLOCK = 16, so d = (I - a_d)(I + a_d^2)(I + a_d^4)(I + a_d^8): 6 products
+    whose longest chain is 4, where forward substitution takes 15 dependent steps. n = d l is nilpotent of
+    order CHUNK / BLOCK = 4, so (I + a)^-1 = (I - n)(I + n^2) d. Every factor is lower triangular with exact
+    zeros above its diagonal, so row i depends on rows at or before i only. In fp32 the products' relative
+    error stays near 1e-5 for nearly parallel keys (against 1e-7 for substitution); the model's bf16
+    activations round at 4e-3.
     """
     tl.static_assert(CHUNK == 4 * BLOCK)
+    tl.static_assert(BLOCK == 16)
     offs = tl.arange(0, CHUNK)
     rows, cols = offs[:, None], offs[None, :]
     same_block = rows // BLOCK == cols // BLOCK
     eye = tl.where(rows == cols, 1.0, 0.0)
     a_d = tl.where(same_block, a, 0.0)
-    d = eye
-    for step in range(1, BLOCK):
-        # rows before `step` in each block are final, and a_d's row reads only those
-        d = tl.where(rows % BLOCK == step, eye - tl.dot(a_d, d, input_precision=DOT), d)
+    a2 = tl.dot(a_d, a_d, input_precision=DOT)
+    a4 = tl.dot(a2, a2, input_precision=DOT)
+    d = tl.dot(eye - a_d, eye + a2, input_precision=DOT)
+    d = tl.dot(d, eye + a4, input_precision=DOT)
+    d = tl.dot(d, eye + tl.dot(a4, a4, input_precision=DOT), input_precision=DOT)
     n = tl.dot(d, tl.where(same_block, 0.0, a), input_precision=DOT)
     n2 = tl.dot(n, n, input_precision=DOT)
     return tl.dot(tl.dot(eye - n, eye + n2, input_precision=DOT), d, input_precision=DOT)
@@ -103,7 +114,7 @@ def gdn_prep_kernel(
     HV: tl.constexpr, GROUP: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, CHUNK: tl.constexpr,
     NUM_FIELDS: tl.constexpr, F_ROW0: tl.constexpr, F_LENGTH: tl.constexpr, F_TAIL: tl.constexpr,
     FUSED_GATE: tl.constexpr, EPS: tl.constexpr,
-    DOT: tl.constexpr,  # tl.dot input precision of the fp32 products
+    DOT: tl.constexpr, DOT_OUT: tl.constexpr,  # tl.dot input precisions (GdnTiles)
 ):
     """Everything of one chunk that does not depend on the state entering it, for one value head: with
     cum the in-chunk cumulative log-decay, w = T (beta k e^cum) and u = T (beta v) (T the inverse of the unit
@@ -134,8 +145,6 @@ def gdn_prep_kernel(
                 other=0.0).to(tl.float32)
     k = tl.load(k_ptr + row[:, None] * K_ST + hk * K_SH + offs_k[None, :], mask=valid[:, None],
                 other=0.0).to(tl.float32)
-    v = tl.load(v_ptr + row[:, None] * V_ST + hv * V_SH + offs_v[None, :], mask=valid[:, None],
-                other=0.0).to(tl.float32)
     g = tl.load(g_ptr + row * G_ST + hv, mask=valid, other=0.0).to(tl.float32)
     beta = tl.load(beta_ptr + row * B_ST + hv, mask=valid, other=0.0).to(tl.float32)
     if FUSED_GATE:
@@ -152,49 +161,48 @@ def gdn_prep_kernel(
 
     cum = tl.cumsum(g, 0)
     decay = tl.exp(tl.where(later, float("-inf"), cum[:, None] - cum[None, :]))  # exactly 0 when later
+    cum_last = tl.sum(tl.where(offs_c == CHUNK - 1, cum, 0.0), 0)
+    at = slot.to(tl.int64) * HV + hv
+    by_k = (at * CHUNK + offs_c[:, None]) * DK + offs_k[None, :]
+    # the output side first, so q is dead before the WY system's tiles are live
+    tl.store(attn_ptr + (at * CHUNK + offs_c[:, None]) * CHUNK + offs_c[None, :],
+             tl.dot(q, tl.trans(k), input_precision=DOT_OUT) * decay)
+    tl.store(qe_ptr + by_k, q * tl.exp(cum)[:, None])
+    tl.store(ke_ptr + by_k, k * tl.exp(cum_last - cum)[:, None])
+    tl.store(decay_ptr + at, tl.exp(cum_last))
+
     k_beta = k * beta[:, None]
     system = tl.dot(k_beta, tl.trans(k), input_precision=DOT) * decay
     system = tl.where(offs_c[:, None] > offs_c[None, :], system, 0.0)  # strictly lower: the unit diagonal
     inv = _unit_lower_inverse(system, CHUNK, CHUNK // 4, DOT)
-    cum_last = tl.sum(tl.where(offs_c == CHUNK - 1, cum, 0.0), 0)
-
-    at = slot.to(tl.int64) * HV + hv
-    by_k = (at * CHUNK + offs_c[:, None]) * DK + offs_k[None, :]
     tl.store(w_ptr + by_k, tl.dot(inv, k_beta * tl.exp(cum)[:, None], input_precision=DOT))
-    tl.store(qe_ptr + by_k, q * tl.exp(cum)[:, None])
-    tl.store(ke_ptr + by_k, k * tl.exp(cum_last - cum)[:, None])
+    v = tl.load(v_ptr + row[:, None] * V_ST + hv * V_SH + offs_v[None, :], mask=valid[:, None],
+                other=0.0).to(tl.float32)
     tl.store(u_ptr + (at * CHUNK + offs_c[:, None]) * DV + offs_v[None, :],
              tl.dot(inv, v * beta[:, None], input_precision=DOT))
-    tl.store(attn_ptr + (at * CHUNK + offs_c[:, None]) * CHUNK + offs_c[None, :],
-             tl.dot(q, tl.trans(k), input_precision=DOT) * decay)
-    tl.store(decay_ptr + at, tl.exp(cum_last))
 
 
 @triton.jit
-def gdn_scan_kernel(
-    w_ptr, u_ptr, qe_ptr, ke_ptr, attn_ptr, decay_ptr,  # gdn_prep_kernel's output
-    out_ptr,
+def gdn_state_kernel(
+    w_ptr, u_ptr, ke_ptr, decay_ptr, states_ptr,  # ChunkWork parts (u becomes v_new)
     items_ptr,  # int32 [items, NUM_FIELDS] (runtime/tables.py)
     slots_ptr,  # fp32 [slots, HV, DK, DV]
     item_base,  # i32: this level's first item
-    O_ST: tl.constexpr, O_SH: tl.constexpr,  # out's row and head strides, in elements
     HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, BLOCK_V: tl.constexpr, CHUNK: tl.constexpr,
-    NUM_FIELDS: tl.constexpr, F_ROW0: tl.constexpr, F_LENGTH: tl.constexpr, F_TAIL: tl.constexpr,
-    F_SRC: tl.constexpr, F_DST: tl.constexpr, F_FIRST: tl.constexpr,
+    NUM_FIELDS: tl.constexpr, F_LENGTH: tl.constexpr, F_TAIL: tl.constexpr, F_SRC: tl.constexpr,
+    F_DST: tl.constexpr, F_FIRST: tl.constexpr,
     DOT: tl.constexpr,
 ):
-    """The state's walk along one segment for one value head and BLOCK_V value columns: per chunk,
-    v_new = u - w S, out = qe S + attn v_new, S <- decay S + ke^T v_new (full chunks only)."""
+    """The state's walk along one segment for one value head and BLOCK_V value columns, two dependent
+    products per chunk: states[chunk] = S, v_new = u - w S (written over u), S <- decay S + ke^T v_new (full
+    chunks only)."""
     item = item_base + tl.program_id(0)
     hv = tl.program_id(1) // (DV // BLOCK_V)
     fields = items_ptr + item * NUM_FIELDS
-    row0 = tl.load(fields + F_ROW0)
-    length = tl.load(fields + F_LENGTH)
-    n_tail = tl.load(fields + F_TAIL)
     src = tl.load(fields + F_SRC)
     dst = tl.load(fields + F_DST)
     first = tl.load(fields + F_FIRST)
-    total = n_tail + length
+    total = tl.load(fields + F_TAIL) + tl.load(fields + F_LENGTH)
     n_full = total // CHUNK
 
     offs_c = tl.arange(0, CHUNK)
@@ -206,18 +214,13 @@ def gdn_scan_kernel(
                     mask=(offs_k[:, None] >= 0) & (src >= 0), other=0.0)
 
     for c in range(tl.cdiv(total, CHUNK)):
-        at = (first + c).to(tl.int64) * HV + hv
+        chunk = (first + c).to(tl.int64)
+        at = chunk * HV + hv
         by_k = (at * CHUNK + offs_c[:, None]) * DK + offs_k[None, :]
-        u = tl.load(u_ptr + (at * CHUNK + offs_c[:, None]) * DV + offs_v[None, :])
-        v_new = u - tl.dot(tl.load(w_ptr + by_k), state, input_precision=DOT)
-        o = tl.dot(tl.load(qe_ptr + by_k), state, input_precision=DOT)
-        attn = tl.load(attn_ptr + (at * CHUNK + offs_c[:, None]) * CHUNK + offs_c[None, :])
-        o = tl.dot(attn, v_new, o, input_precision=DOT)
-        pos = c * CHUNK + offs_c
-        own = (pos < total) & (pos >= n_tail)  # tail rows are the ancestors': they wrote them themselves
-        row = (row0 + pos - n_tail).to(tl.int64)
-        tl.store(out_ptr + row[:, None] * O_ST + hv * O_SH + offs_v[None, :], o.to(out_ptr.dtype.element_ty),
-                 mask=own[:, None])
+        by_v = (at * CHUNK + offs_c[:, None]) * DV + offs_v[None, :]
+        tl.store(states_ptr + chunk * slot_size + state_at, state)
+        v_new = tl.load(u_ptr + by_v) - tl.dot(tl.load(w_ptr + by_k), state, input_precision=DOT)
+        tl.store(u_ptr + by_v, v_new)
         # Only full chunks move the state on: a partial last chunk is recomputed by the children it ends at.
         moved = state * tl.load(decay_ptr + at) + tl.dot(tl.trans(tl.load(ke_ptr + by_k)), v_new,
                                                           input_precision=DOT)
@@ -228,10 +231,51 @@ def gdn_scan_kernel(
              mask=(offs_k[:, None] >= 0) & (dst >= 0))
 
 
+@triton.jit
+def gdn_out_kernel(
+    qe_ptr, attn_ptr, u_ptr, states_ptr,  # ChunkWork parts after every level's state walk (u holds v_new)
+    out_ptr,
+    items_ptr,  # int32 [items, NUM_FIELDS] (runtime/tables.py)
+    chunks_ptr,  # int32 [chunks, 2]: (item, chunk of the item) per chunk slot; item -1: nothing to do
+    O_ST: tl.constexpr, O_SH: tl.constexpr,  # out's row and head strides, in elements
+    HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, BLOCK_O: tl.constexpr, CHUNK: tl.constexpr,
+    NUM_FIELDS: tl.constexpr, F_ROW0: tl.constexpr, F_LENGTH: tl.constexpr, F_TAIL: tl.constexpr,
+    DOT_OUT: tl.constexpr,
+):
+    """One chunk's outputs for one value head and BLOCK_O value columns: out = qe S + attn v_new, at the
+    item's own rows (tail rows are the ancestors': they wrote them themselves)."""
+    slot = tl.program_id(0)
+    hv = tl.program_id(1) // (DV // BLOCK_O)
+    item = tl.load(chunks_ptr + slot * 2)
+    if item < 0:
+        return
+    c = tl.load(chunks_ptr + slot * 2 + 1)
+    fields = items_ptr + item * NUM_FIELDS
+    row0 = tl.load(fields + F_ROW0)
+    n_tail = tl.load(fields + F_TAIL)
+    total = n_tail + tl.load(fields + F_LENGTH)
+
+    offs_c = tl.arange(0, CHUNK)
+    offs_k = tl.arange(0, DK)
+    offs_v = (tl.program_id(1) % (DV // BLOCK_O)) * BLOCK_O + tl.arange(0, BLOCK_O)
+    at = slot.to(tl.int64) * HV + hv
+    state = tl.load(states_ptr + (at * DK + offs_k[:, None]) * DV + offs_v[None, :])
+    o = tl.dot(tl.load(qe_ptr + (at * CHUNK + offs_c[:, None]) * DK + offs_k[None, :]), state,
+               input_precision=DOT_OUT)
+    attn = tl.load(attn_ptr + (at * CHUNK + offs_c[:, None]) * CHUNK + offs_c[None, :])
+    o = tl.dot(attn, tl.load(u_ptr + (at * CHUNK + offs_c[:, None]) * DV + offs_v[None, :]), o,
+               input_precision=DOT_OUT)
+    pos = c * CHUNK + offs_c
+    own = (pos < total) & (pos >= n_tail)
+    row = (row0 + pos - n_tail).to(tl.int64)
+    tl.store(out_ptr + row[:, None] * O_ST + hv * O_SH + offs_v[None, :], o.to(out_ptr.dtype.element_ty),
+             mask=own[:, None])
+
+
 @dataclass(frozen=True, slots=True)
 class GdnSpec:
-    """Everything a forked Gated DeltaNet launch pair is specialized on: one compiled prep and scan kernel
-    per spec."""
+    """Everything a forked Gated DeltaNet layer's launches are specialized on: one compiled prep, state walk
+    and output kernel per spec."""
 
     dtype: torch.dtype  # q, k, v
     gate_dtype: torch.dtype  # g and beta (fp32), or a and b when fused (the model dtype)
@@ -256,7 +300,7 @@ class GdnSpec:
         gate = "*" + _DTYPES[self.gate_dtype]
         sig |= {name: gate for name in ("g_ptr", "beta_ptr", "a_log_ptr", "dt_bias_ptr")}
         sig |= {"items_ptr": "*i32", "tails_ptr": "*i32", "chunks_ptr": "*i32"}
-        sig |= {name: "*fp32" for name in ChunkWork.PARTS}
+        sig |= {name: "*fp32" for name in ChunkWork.PREP_PARTS}
         sig |= {"scale": "fp32"}
         return sig | {name: "constexpr" for name in self.prep_constexprs()}
 
@@ -266,57 +310,98 @@ class GdnSpec:
             "Q_ST": q_st, "Q_SH": q_sh, "K_ST": k_st, "K_SH": k_sh, "V_ST": v_st, "V_SH": v_sh,
             "G_ST": g_st, "B_ST": b_st, "HV": self.num_v_heads, "GROUP": self.num_v_heads // self.num_k_heads,
             "DK": self.key_dim, "DV": self.value_dim, "CHUNK": CHUNK, **self._fields(),
-            "FUSED_GATE": self.fused_gate, "EPS": L2_EPS, "DOT": self.tiles.dot,
+            "FUSED_GATE": self.fused_gate, "EPS": L2_EPS, "DOT": self.tiles.dot, "DOT_OUT": self.tiles.out_dot,
         }
 
-    def scan_signature(self) -> dict[str, str]:
-        sig = {name: "*fp32" for name in ChunkWork.PARTS}
-        sig |= {"out_ptr": "*" + _DTYPES[self.out_dtype], "items_ptr": "*i32", "slots_ptr": "*fp32",
-                "item_base": "i32"}
-        return sig | {name: "constexpr" for name in self.scan_constexprs()}
+    def state_signature(self) -> dict[str, str]:
+        sig = {name: "*fp32" for name in ChunkWork.STATE_PARTS}
+        sig |= {"items_ptr": "*i32", "slots_ptr": "*fp32", "item_base": "i32"}
+        return sig | {name: "constexpr" for name in self.state_constexprs()}
 
-    def scan_constexprs(self) -> dict[str, int | str]:
+    def state_constexprs(self) -> dict[str, int | str]:
+        fields = {f"F_{name.upper()}": _FIELD[name] for name in ("length", "tail", "src", "dst", "first")}
+        return {"HV": self.num_v_heads, "DK": self.key_dim, "DV": self.value_dim, "BLOCK_V": self.tiles.block_v,
+                "CHUNK": CHUNK, "NUM_FIELDS": len(ITEM_FIELDS), **fields, "DOT": self.tiles.dot}
+
+    def out_signature(self) -> dict[str, str]:
+        sig = {name: "*fp32" for name in ChunkWork.OUT_PARTS}
+        sig |= {"out_ptr": "*" + _DTYPES[self.out_dtype], "items_ptr": "*i32", "chunks_ptr": "*i32"}
+        return sig | {name: "constexpr" for name in self.out_constexprs()}
+
+    def out_constexprs(self) -> dict[str, int | str]:
         o_st, o_sh = self.strides[-1]
-        return {
-            "O_ST": o_st, "O_SH": o_sh, "HV": self.num_v_heads, "DK": self.key_dim, "DV": self.value_dim,
-            "BLOCK_V": self.tiles.block_v, "CHUNK": CHUNK, **self._fields(), "F_SRC": _FIELD["src"],
-            "F_DST": _FIELD["dst"], "F_FIRST": _FIELD["first"], "DOT": self.tiles.dot,
-        }
+        return {"O_ST": o_st, "O_SH": o_sh, "HV": self.num_v_heads, "DK": self.key_dim, "DV": self.value_dim,
+                "BLOCK_O": self.tiles.block_o, "CHUNK": CHUNK, **self._fields(), "DOT_OUT": self.tiles.out_dot}
 
     def prep_grid(self, num_chunks: int) -> tuple[int, int]:
         return (num_chunks, self.num_v_heads)
 
-    def scan_grid(self, per_level: int) -> tuple[int, int]:
+    def state_grid(self, per_level: int) -> tuple[int, int]:
         return (per_level, self.num_v_heads * (self.value_dim // self.tiles.block_v))
+
+    def out_grid(self, num_chunks: int) -> tuple[int, int]:
+        return (num_chunks, self.num_v_heads * (self.value_dim // self.tiles.block_o))
+
+    def calls(self, num_chunks: int, levels: int, per_level: int, q, k, v, g, beta, a_log, dt_bias, items,
+              tails, chunks, work: ChunkWork, out, slots) -> list[GdnCall]:
+        """The launches of one layer in order: the prep over every chunk slot, one state walk per tree level
+        (roots first), then the outputs of every chunk slot. Arguments are tensors (or stand-ins for them)."""
+        t = self.tiles
+        prep = GdnCall(gdn_prep_kernel, self.prep_grid(num_chunks),
+                       (q, k, v, g, beta, a_log, dt_bias, items, tails, chunks, *work.parts(ChunkWork.PREP_PARTS),
+                        self.key_dim**-0.5), self.prep_signature(), self.prep_constexprs(), t.prep_warps)
+        walks = [GdnCall(gdn_state_kernel, self.state_grid(per_level),
+                         (*work.parts(ChunkWork.STATE_PARTS), items, slots, level * per_level),
+                         self.state_signature(), self.state_constexprs(), t.state_warps)
+                 for level in range(levels)]
+        outs = GdnCall(gdn_out_kernel, self.out_grid(num_chunks),
+                       (*work.parts(ChunkWork.OUT_PARTS), out, items, chunks), self.out_signature(),
+                       self.out_constexprs(), t.out_warps)
+        return [prep, *walks, outs]
+
+
+@dataclass(frozen=True, slots=True)
+class GdnCall:
+    kernel: object  # a @triton.jit kernel of this module
+    grid: tuple[int, int]
+    args: tuple
+    signature: dict[str, str]
+    constexprs: dict[str, object]
+    num_warps: int
 
 
 @dataclass(frozen=True, slots=True)
 class ChunkWork:
-    """The prep kernel's output, fp32, per (chunk slot, value head): w, qe, ke [CHUNK, Dk], u [CHUNK, Dv],
-    attn [CHUNK, CHUNK] and decay (one value)."""
+    """The prep kernel's output, fp32, per (chunk slot, value head): w, qe, ke [CHUNK, Dk], u [CHUNK, Dv]
+    (v_new after the state walk), attn [CHUNK, CHUNK] and decay (one value); and the state walk's: the state
+    entering the chunk [Dk, Dv]."""
 
-    PARTS = ("w_ptr", "u_ptr", "qe_ptr", "ke_ptr", "attn_ptr", "decay_ptr")
+    PARTS = ("w_ptr", "u_ptr", "qe_ptr", "ke_ptr", "attn_ptr", "decay_ptr", "states_ptr")
+    PREP_PARTS = ("w_ptr", "u_ptr", "qe_ptr", "ke_ptr", "attn_ptr", "decay_ptr")
+    STATE_PARTS = ("w_ptr", "u_ptr", "ke_ptr", "decay_ptr", "states_ptr")
+    OUT_PARTS = ("qe_ptr", "attn_ptr", "u_ptr", "states_ptr")
     w: torch.Tensor
     u: torch.Tensor
     qe: torch.Tensor
     ke: torch.Tensor
     attn: torch.Tensor
     decay: torch.Tensor
+    states: torch.Tensor
 
     @staticmethod
     def shapes(num_chunks: int, num_v_heads: int, key_dim: int, value_dim: int) -> tuple[tuple[int, ...], ...]:
         n, h = max(num_chunks, 1), num_v_heads
         return ((n, h, CHUNK, key_dim), (n, h, CHUNK, value_dim), (n, h, CHUNK, key_dim),
-                (n, h, CHUNK, key_dim), (n, h, CHUNK, CHUNK), (n, h))
+                (n, h, CHUNK, key_dim), (n, h, CHUNK, CHUNK), (n, h), (n, h, key_dim, value_dim))
 
     @classmethod
     def empty(cls, num_chunks: int, spec: GdnSpec, device: torch.device | str) -> ChunkWork:
-        """NaN-filled: a scan reading a chunk slot the prep did not write gets NaN outputs."""
+        """NaN-filled: a kernel reading a chunk slot no earlier kernel wrote gets NaN outputs."""
         shapes = cls.shapes(num_chunks, spec.num_v_heads, spec.key_dim, spec.value_dim)
         return cls(*(torch.full(s, float("nan"), device=device) for s in shapes))
 
-    def tensors(self) -> tuple[torch.Tensor, ...]:
-        return (self.w, self.u, self.qe, self.ke, self.attn, self.decay)
+    def parts(self, names: tuple[str, ...]) -> tuple:
+        return tuple(getattr(self, name.removesuffix("_ptr")) for name in names)
 
 
 def gdn_spec(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
@@ -349,16 +434,13 @@ def slot_buffer(num_slots: int, num_v_heads: int, key_dim: int, value_dim: int,
 def launch_all(spec: GdnSpec, tables: GdnTables, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                g: torch.Tensor, beta: torch.Tensor, a_log: torch.Tensor, dt_bias: torch.Tensor,
                out: torch.Tensor, work: ChunkWork, slots: torch.Tensor) -> None:
-    """The prep launch over every chunk slot, then one scan launch per tree level in order (roots first)."""
+    """A layer's launches (GdnSpec.calls), eagerly."""
     device = q.device
     items, tails, chunks = (t.to(device) for t in (tables.items, tables.tails, tables.chunks))
-    t = spec.tiles
-    eager.launch(gdn_prep_kernel, spec.prep_grid(tables.num_chunks), q, k, v, g, beta, a_log, dt_bias, items,
-                 tails, chunks, *work.tensors(), spec.key_dim**-0.5, device=device, num_warps=t.prep_warps,
-                 **spec.prep_constexprs())
-    for level in range(tables.num_levels):
-        eager.launch(gdn_scan_kernel, spec.scan_grid(tables.per_level), *work.tensors(), out, items, slots,
-                     level * tables.per_level, device=device, num_warps=t.scan_warps, **spec.scan_constexprs())
+    for call in spec.calls(tables.num_chunks, tables.num_levels, tables.per_level, q, k, v, g, beta, a_log,
+                           dt_bias, items, tails, chunks, work, out, slots):
+        eager.launch(call.kernel, call.grid, *call.args, device=device, num_warps=call.num_warps,
+                     **call.constexprs)
 
 
 def fork_gdn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,

@@ -222,12 +222,13 @@ def _conv(ctx: EmitContext, out: torch.Tensor, x: torch.Tensor, w: torch.Tensor,
 
 def _gdn(ctx: EmitContext, out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
          g: torch.Tensor, beta: torch.Tensor, segments: torch.Tensor) -> list[KernelCall]:
-    """The prep launch over `tables.max_chunks(rows, segments)` chunk slots, then one scan launch per tree
-    level (bucket.depth), each over `per_level = bucket.segments` work items: the Bucket bounds only the
-    total segment count, and one level may hold all of them (packed roots). The chunk work and the state
-    slots (one per bucket segment, tables.state_slots numbers them) are scratch shared by every GDN layer:
-    a layer's prep writes every chunk slot its scans read, and each scan writes a slot at a level before any
-    deeper level reads it."""
+    """The layer's launches (gdn.GdnSpec.calls): the prep over `tables.max_chunks(rows, segments)` chunk
+    slots, one state walk per tree level (bucket.depth), each over `per_level = bucket.segments` work items
+    (the Bucket bounds only the total segment count, and one level may hold all of them: packed roots), then
+    the outputs of every chunk slot. The chunk work and the state slots (one per bucket segment,
+    tables.state_slots numbers them) are scratch shared by every GDN layer: a layer's prep writes every chunk
+    slot its walks read, each walk writes a slot at a level before any deeper level reads it, and the
+    outputs read only what this layer's prep and walks wrote."""
     b = ctx.bucket
     spec = gdn.gdn_spec(q, k, v, g, beta, out, fused_gate=False)
     per_level, chunks = b.segments, tables.max_chunks(b.rows, b.segments)
@@ -239,17 +240,12 @@ def _gdn(ctx: EmitContext, out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, 
     slots = ctx.scratch("gdn_state_slots", (b.segments, spec.num_v_heads, spec.key_dim, spec.value_dim),
                         torch.float32)
     shapes = gdn.ChunkWork.shapes(chunks, spec.num_v_heads, spec.key_dim, spec.value_dim)
-    work = [ctx.scratch(f"gdn_chunk_{part.removesuffix('_ptr')}", shape, torch.float32)
-            for part, shape in zip(gdn.ChunkWork.PARTS, shapes)]
-    t = spec.tiles
+    work = gdn.ChunkWork(*(ctx.scratch(f"gdn_chunk_{part.removesuffix('_ptr')}", shape, torch.float32)
+                           for part, shape in zip(gdn.ChunkWork.PARTS, shapes)))
     # the unfused prep never reads a_log_ptr / dt_bias_ptr: g fills their (typed) slots
-    prep = KernelCall(gdn.gdn_prep_kernel, spec.prep_grid(chunks),
-                      (q, k, v, g, beta, g, g, items, tails, chunk_table, *work, spec.key_dim**-0.5),
-                      spec.prep_signature(), spec.prep_constexprs(), t.prep_warps, 1)
-    return [prep] + [KernelCall(gdn.gdn_scan_kernel, spec.scan_grid(per_level),
-                                (*work, out, items, slots, level * per_level), spec.scan_signature(),
-                                spec.scan_constexprs(), t.scan_warps, 1)
-                     for level in range(b.depth)]
+    return [KernelCall(c.kernel, c.grid, c.args, c.signature, c.constexprs, c.num_warps, 1)
+            for c in spec.calls(chunks, b.depth, per_level, q, k, v, g, beta, g, g, items, tails, chunk_table,
+                                work, out, slots)]
 
 
 def _pw(fn: Callable[..., KernelCall]) -> Emitter:
@@ -258,7 +254,7 @@ def _pw(fn: Callable[..., KernelCall]) -> Emitter:
 
 register_emitter("linear", _gemm, (gemm.gemm_kernel,))
 register_emitter("fork_conv_static", _conv, (conv.fork_conv_kernel,))
-register_emitter("fork_gdn_static", _gdn, (gdn.gdn_prep_kernel, gdn.gdn_scan_kernel))
+register_emitter("fork_gdn_static", _gdn, (gdn.gdn_prep_kernel, gdn.gdn_state_kernel, gdn.gdn_out_kernel))
 register_emitter("fork_attention_gated", _attention, (attention.fork_attention_kernel,))
 register_emitter("rms_norm", _pw(lambda out, x, w, eps: pointwise.emit_rms_norm(x, w, out, eps)),
                  (pointwise.rms_norm_kernel,))

@@ -91,7 +91,7 @@ def test_every_example_compiles_for_sm90(gpu_artifacts, name) -> None:
     assert m["complete"] and m["missing_kernels"] == []
     names = {k["name"] for k in m["kernels"].values()}
     assert {"gemm_kernel", "fork_attention_kernel", "fork_conv_kernel", "gdn_prep_kernel",
-            "gdn_scan_kernel", "label_head_kernel"} <= names
+            "gdn_state_kernel", "gdn_out_kernel", "label_head_kernel"} <= names
     for b in m["buckets"]:
         rec = json.loads((work / name / b["recording"]).read_bytes())
         assert rec["bucket"]["rows"] == b["rows"] and rec["complete"] and rec["missing"] == []

@@ -1,4 +1,4 @@
-"""AOT compilation for sm_90 of the forked Gated DeltaNet (prep, plain and fused gate, and scan) and fork conv kernels at
+"""AOT compilation for sm_90 of the forked Gated DeltaNet (prep, plain and fused gate, state walk, outputs) and fork conv kernels at
 Qwen3.5-0.8B shapes: they build through codegen/aot.compile_kernel (which refuses what the runtime cannot
 launch), their records carry what a launcher needs, and their resource usage is printed for the report.
 
@@ -27,7 +27,7 @@ import torch
 import triton
 from flidec.codegen import aot
 from flidec.codegen.conv import ConvSpec, fork_conv_kernel
-from flidec.codegen.gdn import GdnSpec, gdn_prep_kernel, gdn_scan_kernel
+from flidec.codegen.gdn import GdnSpec, gdn_out_kernel, gdn_prep_kernel, gdn_state_kernel
 
 out = Path(sys.argv[1])
 h, d = 16, 128
@@ -39,7 +39,8 @@ conv = ConvSpec(torch.bfloat16, torch.bfloat16, conv_dim, (conv_dim, 4, conv_dim
 specs = {
     "gdn_prep": (gdn_prep_kernel, gdn.prep_signature(), gdn.prep_constexprs(), gdn.tiles.prep_warps),
     "gdn_prep_fused": (gdn_prep_kernel, fused.prep_signature(), fused.prep_constexprs(), fused.tiles.prep_warps),
-    "gdn_scan": (gdn_scan_kernel, gdn.scan_signature(), gdn.scan_constexprs(), gdn.tiles.scan_warps),
+    "gdn_state": (gdn_state_kernel, gdn.state_signature(), gdn.state_constexprs(), gdn.tiles.state_warps),
+    "gdn_out": (gdn_out_kernel, gdn.out_signature(), gdn.out_constexprs(), gdn.tiles.out_warps),
     "conv": (fork_conv_kernel, conv.signature(), conv.constexprs(), conv.tiles.num_warps),
 }
 cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
@@ -73,12 +74,12 @@ def built(tmp_path_factory) -> tuple[Path, dict]:
     return work / "kernels", report
 
 
-@pytest.mark.parametrize("name", ["gdn_prep", "gdn_prep_fused", "gdn_scan", "conv"])
+@pytest.mark.parametrize("name", ["gdn_prep", "gdn_prep_fused", "gdn_state", "gdn_out", "conv"])
 def test_gdn_and_conv_kernels_compile_for_sm90(built, name) -> None:
     directory, report = built
     k = read_kernel(directory, report[name]["digest"])
     signature = report[name]["signature"]
-    kernels = {"conv": "fork_conv_kernel", "gdn_scan": "gdn_scan_kernel"}
+    kernels = {"conv": "fork_conv_kernel", "gdn_state": "gdn_state_kernel", "gdn_out": "gdn_out_kernel"}
     assert k.name == kernels.get(name, "gdn_prep_kernel")
     assert k.cubin[:4] == b"\x7fELF"
     assert dict(k.params) == {n: t for n, t in signature.items() if t != "constexpr"}

@@ -1,4 +1,4 @@
-"""GPU tier: the forked Gated DeltaNet (prep with the fused gate, and scan) and fork conv cubins, built by codegen/aot at Qwen3.5-0.8B
+"""GPU tier: the forked Gated DeltaNet (prep with the fused gate, state walk, outputs) and fork conv cubins, built by codegen/aot at Qwen3.5-0.8B
 head shapes, launch through cuda.core the way the runtime will, agree with the reference ops and keep E3 on
 the hardware (a forest's paths equal their plain streams bit for bit)."""
 
@@ -9,7 +9,14 @@ import torch
 
 from flidec.codegen import aot
 from flidec.codegen.conv import ConvSpec, fork_conv_kernel
-from flidec.codegen.gdn import ChunkWork, GdnSpec, gdn_prep_kernel, gdn_scan_kernel, slot_buffer
+from flidec.codegen.gdn import (
+    ChunkWork,
+    GdnSpec,
+    gdn_out_kernel,
+    gdn_prep_kernel,
+    gdn_state_kernel,
+    slot_buffer,
+)
 from flidec.runtime.launch import CompiledKernel
 from flidec.runtime.reference import ops
 from flidec.runtime.reference.forests import pack_forest, path_stream
@@ -27,22 +34,24 @@ SPEC = GdnSpec(torch.bfloat16, torch.bfloat16, torch.bfloat16, H, H, D, D, True,
 
 
 @pytest.fixture(scope="module")
-def kernels() -> tuple[CompiledKernel, CompiledKernel, CompiledKernel]:
+def kernels() -> tuple[dict[object, CompiledKernel], CompiledKernel]:
+    """The GDN cubins by kernel function, and the conv cubin."""
     conv = ConvSpec(torch.bfloat16, torch.bfloat16, CONV_DIM, (CONV_DIM, 4, CONV_DIM))
     t = SPEC.tiles
-    return (aot.compile_kernel(gdn_prep_kernel, SPEC.prep_signature(), SPEC.prep_constexprs(),
-                               num_warps=t.prep_warps, num_stages=1),
-            aot.compile_kernel(gdn_scan_kernel, SPEC.scan_signature(), SPEC.scan_constexprs(),
-                               num_warps=t.scan_warps, num_stages=1),
-            aot.compile_kernel(fork_conv_kernel, conv.signature(), conv.constexprs(),
-                               num_warps=conv.tiles.num_warps, num_stages=conv.tiles.num_stages))
+    gdn = {fn: aot.compile_kernel(fn, sig, constexprs, num_warps=warps, num_stages=1)
+           for fn, sig, constexprs, warps in (
+               (gdn_prep_kernel, SPEC.prep_signature(), SPEC.prep_constexprs(), t.prep_warps),
+               (gdn_state_kernel, SPEC.state_signature(), SPEC.state_constexprs(), t.state_warps),
+               (gdn_out_kernel, SPEC.out_signature(), SPEC.out_constexprs(), t.out_warps))}
+    return gdn, aot.compile_kernel(fork_conv_kernel, conv.signature(), conv.constexprs(),
+                                   num_warps=conv.tiles.num_warps, num_stages=conv.tiles.num_stages)
 
 
 def layer(kernels, mixed: torch.Tensor, ab: torch.Tensor, weight, a_log, dt_bias, meta, per_level=None):
     """conv then GDN from the cubins: mixed [T, CONV_DIM] -> q, k, v in place; ab [T, 2H] holds a then b."""
     from test_aot_gpu import launch_cubin
 
-    prep, scan, conv = kernels
+    gdn, conv = kernels
     rows = mixed.shape[0]
     qkv = torch.full_like(mixed, float("nan"))
     taps = conv_taps(meta).cuda()
@@ -51,12 +60,11 @@ def layer(kernels, mixed: torch.Tensor, ab: torch.Tensor, weight, a_log, dt_bias
     tables = gdn_tables(meta, per_level=per_level, num_chunks=None if per_level is None else 40)
     items, tails, chunks = tables.items.cuda(), tables.tails.cuda(), tables.chunks.cuda()
     slots = slot_buffer(tables.num_slots, H, D, D, "cuda")
-    work = ChunkWork.empty(tables.num_chunks, SPEC, "cuda").tensors()
+    work = ChunkWork.empty(tables.num_chunks, SPEC, "cuda")
     out = torch.full((rows, H, D), float("nan"), dtype=torch.bfloat16, device="cuda")
-    launch_cubin(prep, SPEC.prep_grid(tables.num_chunks), q, k, v, ab[:, :H], ab[:, H:], a_log, dt_bias, items,
-                 tails, chunks, *work, D**-0.5)
-    for level in range(tables.num_levels):
-        launch_cubin(scan, SPEC.scan_grid(tables.per_level), *work, out, items, slots, level * tables.per_level)
+    for call in SPEC.calls(tables.num_chunks, tables.num_levels, tables.per_level, q, k, v, ab[:, :H], ab[:, H:],
+                           a_log, dt_bias, items, tails, chunks, work, out, slots):
+        launch_cubin(gdn[call.kernel], call.grid, *call.args)
     return qkv, out
 
 

@@ -56,16 +56,19 @@ def test_recording_is_complete_and_round_trips(model) -> None:
     assert ops[0] == "embedding" and ops[-1] == "label_head"
 
 
-def test_gdn_launches_a_prep_then_one_scan_per_level_on_the_bucket_tables(model) -> None:
+def test_gdn_launches_a_prep_one_state_walk_per_level_then_the_outputs_on_the_bucket_tables(model) -> None:
     _, rec, _ = model
     gdn = [s for s in rec.steps if s.op == "fork_gdn_static"]
-    assert len(gdn) == 3 * (1 + BUCKET.depth)  # three GDN layers
-    preps, scans = gdn[:: 1 + BUCKET.depth], [s for i, s in enumerate(gdn) if i % (1 + BUCKET.depth)]
+    per_layer = 2 + BUCKET.depth
+    assert len(gdn) == 3 * per_layer  # three GDN layers
+    preps, outs = gdn[::per_layer], gdn[per_layer - 1 :: per_layer]
+    walks = [s for i, s in enumerate(gdn) if 0 < i % per_layer < per_layer - 1]
     chunks = BUCKET.rows // 64 + 2 * BUCKET.segments  # tables.max_chunks
-    assert {len(s.args) for s in preps} == {17} and {len(s.args) for s in scans} == {10}
-    assert {s.grid for s in preps} == {(chunks, 4)}
-    assert [s.args[9].value for s in scans] == [lvl * BUCKET.segments for lvl in range(BUCKET.depth)] * 3
-    assert {s.grid[0] for s in scans} == {BUCKET.segments}
+    assert {len(s.args) for s in preps} == {17} and {len(s.args) for s in walks} == {8}
+    assert {len(s.args) for s in outs} == {7}
+    assert {s.grid for s in preps} == {(chunks, 4)} and {s.grid for s in outs} == {(chunks, 4)}  # Dv 16: one block
+    assert [s.args[7].value for s in walks] == [lvl * BUCKET.segments for lvl in range(BUCKET.depth)] * 3
+    assert {s.grid[0] for s in walks} == {BUCKET.segments}
     buffers = {b.name: b for b in rec.buffers}
     items, tails, table = (buffers[preps[0].args[i].buffer] for i in (7, 8, 9))
     capacity = f"per_level=6,slots=6,chunks={chunks}"
@@ -74,13 +77,21 @@ def test_gdn_launches_a_prep_then_one_scan_per_level_on_the_bucket_tables(model)
     assert (tails.region, tails.shape, tails.fill) == ("meta", (BUCKET.depth * BUCKET.segments, 64),
                                                         f"gdn_tails({capacity})")
     assert (table.region, table.shape, table.fill) == ("meta", (chunks, 2), f"gdn_chunks({capacity})")
-    slots = buffers[scans[0].args[8].buffer]
+    slots = buffers[walks[0].args[6].buffer]
     assert (slots.region, slots.shape) == ("activation", (BUCKET.segments, 4, 16, 16))
-    assert {s.args[8].buffer for s in scans} == {slots.name}  # one slot buffer, reused by every layer
-    work = [buffers[a.buffer] for a in preps[0].args[10:16]]
-    assert [b.shape for b in work] == [(chunks, 4, 64, 16)] * 4 + [(chunks, 4, 64, 64), (chunks, 4)]
-    assert {tuple(a.buffer for a in s.args[10:16]) for s in preps} == {tuple(b.name for b in work)}
-    assert {tuple(a.buffer for a in s.args[:6]) for s in scans} == {tuple(b.name for b in work)}
+    assert {s.args[6].buffer for s in walks} == {slots.name}  # one slot buffer, reused by every layer
+    w, u, qe, ke, attn, decay = (buffers[a.buffer] for a in preps[0].args[10:16])
+    assert [b.shape for b in (w, u, qe, ke)] == [(chunks, 4, 64, 16)] * 4
+    assert (attn.shape, decay.shape) == ((chunks, 4, 64, 64), (chunks, 4))
+    states = buffers[walks[0].args[4].buffer]
+    assert states.shape == (chunks, 4, 16, 16)
+    # every layer shares one chunk work: the walks read the prep's parts, the outputs the walks' results
+    assert {tuple(a.buffer for a in s.args[10:16]) for s in preps} == {(w.name, u.name, qe.name, ke.name,
+                                                                         attn.name, decay.name)}
+    assert {tuple(a.buffer for a in s.args[:5]) for s in walks} == {(w.name, u.name, ke.name, decay.name,
+                                                                      states.name)}
+    assert {tuple(a.buffer for a in s.args[:4]) for s in outs} == {(qe.name, attn.name, u.name, states.name)}
+    assert {s.args[5].buffer for s in outs} == {items.name} and {s.args[6].buffer for s in outs} == {table.name}
 
 
 def test_a_step_without_kernel_is_named_and_refuses_to_play(model, monkeypatch) -> None:

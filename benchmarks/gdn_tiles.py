@@ -1,0 +1,168 @@
+"""Forked Gated DeltaNet launch times per tile choice on a GPU: the measurements behind codegen/gdn.TILES.
+
+    python benchmarks/gdn_tiles.py [--variants "prep_warps=16;dot=tf32,out_dot=tf32"] [--out FILE]
+
+At Qwen3.5-0.8B head shapes (16 key and value heads of 128, bf16 q/k/v, fp32 g and beta) and two forests
+shaped like the harness's workloads (QuALITY-like: a 5,000-token state and 9 questions of 120 tokens;
+RACE-like: 8 states of 450 tokens with 4 questions of 40 each), runs one layer's launches (GdnSpec.calls,
+through Triton's JIT) for the default tiles and each variant (fields of GdnTiles for Dv = 128, `;` between
+variants). Per variant: the output against the reference op (bf16 tolerance) and a leaf's path against its
+plain stream (bitwise, E3); then each launch group (prep, state walks, outputs) captured in its own CUDA
+graph and timed with CUDA events, median of 20 replays, in milliseconds per layer. Writes JSON and prints
+one line per variant and forest. A diagnostic, like profile_runtime.py: the benchmark is run.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.source import ensure_flidec
+
+ensure_flidec(ROOT)
+
+import torch
+
+H, D = 16, 128
+FORESTS = {
+    "quality": [(-1, 5000)] + [(0, 120)] * 9,
+    "race": [node for s in range(8) for node in [(-1, 450)] + [(5 * s, 40)] * 4],
+    "tiny": [(-1, 130), (0, 20), (0, 70)],  # checks the script on the CPU interpreter (no timing there)
+}
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def parse_variant(text: str) -> dict[str, object]:
+    over = {}
+    for item in filter(None, text.split(",")):
+        name, value = item.split("=")
+        over[name.strip()] = int(value) if value.strip().isdigit() else value.strip()
+    return over
+
+
+def forest_inputs(shape, seed: int = 0):
+    from flidec.runtime.reference.forests import pack_forest
+
+    nodes, next_id = [], 1
+    for parent, length in shape:
+        nodes.append((parent, list(range(next_id, next_id + length))))
+        next_id += length
+    gen = torch.Generator().manual_seed(seed)
+    table = {"q": torch.randn(next_id, H, D, generator=gen).bfloat16(),
+             "k": torch.randn(next_id, H, D, generator=gen).bfloat16(),
+             "v": torch.randn(next_id, H, D, generator=gen).bfloat16(),
+             "g": -0.3 * torch.rand(next_id, H, generator=gen), "beta": torch.rand(next_id, H, generator=gen)}
+    return nodes, table, pack_forest(nodes, gap=1)
+
+
+def layer(table, stream):
+    """One layer's calls on `stream`, with the tensors they need (all on the GPU)."""
+    from flidec.codegen import gdn
+    from flidec.runtime.tables import gdn_tables
+
+    tokens = stream.tokens
+    q, k, v, g, beta = (table[n][tokens].to(DEVICE) for n in ("q", "k", "v", "g", "beta"))
+    out = torch.full(v.shape, float("nan"), dtype=v.dtype, device=DEVICE)
+    spec = gdn.gdn_spec(q, k, v, g, beta, out, fused_gate=False)
+    tables = gdn_tables(stream.meta)
+    slots = gdn.slot_buffer(tables.num_slots, H, D, D, DEVICE)
+    work = gdn.ChunkWork.empty(tables.num_chunks, spec, DEVICE)
+    items, tails, chunks = (t.to(DEVICE) for t in (tables.items, tables.tails, tables.chunks))
+    calls = spec.calls(tables.num_chunks, tables.num_levels, tables.per_level, q, k, v, g, beta, g, g, items,
+                       tails, chunks, work, out, slots)
+    return calls, out, (q, k, v, g, beta)
+
+
+def run_calls(calls) -> None:
+    from flidec.codegen import eager
+
+    for c in calls:
+        eager.launch(c.kernel, c.grid, *c.args, device=torch.device(DEVICE), num_warps=c.num_warps,
+                     **c.constexprs)
+
+
+def time_graph(calls, n: int = 20) -> float:
+    run_calls(calls)  # compiles, and leaves the buffers the group reads written
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        run_calls(calls)
+    times = []
+    for _ in range(n):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        stop.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(stop))
+    return round(statistics.median(times), 4)
+
+
+def measure(name: str, nodes, table, stream) -> dict:
+    from flidec.runtime.reference import ops
+    from flidec.runtime.reference.forests import path_stream
+    from flidec.runtime.reference.tolerance import TOLERANCE
+
+    calls, out, (q, k, v, g, beta) = layer(table, stream)
+    run_calls(calls)
+    rows = (stream.meta.segment_ids >= 0).to(DEVICE)
+    want = ops.fork_gdn(q, k, v, g, beta, stream.meta)  # fp32 on the GPU, TF32 off (torch's default)
+    atol, rtol = TOLERANCE[torch.bfloat16]
+    err = (out[rows].double() - want[rows].double()).abs().max().item()
+    close = torch.allclose(out[rows].double(), want[rows].double(), atol=atol, rtol=rtol)
+    leaf = len(nodes) - 1
+    plain = path_stream(nodes, leaf)
+    pcalls, pout, _ = layer(table, plain)
+    run_calls(pcalls)
+    meta = stream.meta
+    path = torch.cat([torch.arange(meta.segments[i].start, meta.segments[i].start + meta.segments[i].length)
+                      for i in meta.ancestors[leaf] + (leaf,)]).to(DEVICE)
+    exact = torch.equal(out[path], pout)
+    per_layer = len(calls)
+    groups = {"prep": calls[:1], "walks": calls[1 : per_layer - 1], "out": calls[-1:]}
+    ms = {}
+    if DEVICE == "cuda":
+        ms = {group: time_graph(cs) for group, cs in groups.items()}
+        ms["layer"] = time_graph(calls)
+    return {"variant": name, "close": close, "max_abs_err": err, "fork_equals_plain": exact, "ms": ms,
+            "launches": per_layer}
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--variants", default="", help="GdnTiles fields for Dv 128, `;` between variants")
+    p.add_argument("--forests", default="quality,race")
+    p.add_argument("--out", type=Path)
+    args = p.parse_args(argv)
+    from flidec.codegen import gdn
+
+    base = gdn.TILES[D]
+    variants = [("default", {})] + [(v, parse_variant(v)) for v in args.variants.split(";") if v.strip()]
+    report = []
+    for forest in args.forests.split(","):
+        nodes, table, stream = forest_inputs(FORESTS[forest])
+        for name, over in variants:
+            gdn.TILES[D] = dataclasses.replace(base, **over)
+            try:
+                r = {"forest": forest, "rows": stream.meta.num_rows, **measure(name, nodes, table, stream)}
+            except Exception as e:  # noqa: BLE001 -- a variant that does not compile or launch is reported
+                r = {"forest": forest, "variant": name, "error": f"{type(e).__name__}: {e}"[:300]}
+            finally:
+                gdn.TILES[D] = base
+            report.append(r)
+            print(json.dumps(r), flush=True)
+    if args.out:
+        args.out.write_text(json.dumps(report, indent=1))
+    return report
+
+
+if __name__ == "__main__":
+    main()
