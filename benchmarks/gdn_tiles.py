@@ -6,7 +6,7 @@ At Qwen3.5-0.8B head shapes (16 key and value heads of 128, bf16 q/k/v, fp32 g a
 shaped like the harness's workloads (QuALITY-like: a 5,000-token state and 9 questions of 120 tokens;
 RACE-like: 8 states of 450 tokens with 4 questions of 40 each), runs one layer's launches (GdnSpec.calls,
 through Triton's JIT) for the default tiles and each variant (fields of GdnTiles for Dv = 128, `;` between
-variants). Per variant: the output against the reference op (bf16 tolerance) and a leaf's path against its
+variants), each in its own process. Per variant: the output against the reference op (bf16 tolerance) and a leaf's path against its
 plain stream (bitwise, E3); then each launch group (prep, state walks, outputs) captured in its own CUDA
 graph and timed with CUDA events, median of 20 replays, in milliseconds per layer. Writes JSON and prints
 one line per variant and forest. A diagnostic, like profile_runtime.py: the benchmark is run.py.
@@ -18,6 +18,7 @@ import argparse
 import dataclasses
 import json
 import statistics
+import subprocess
 import sys
 from pathlib import Path
 
@@ -86,7 +87,7 @@ def run_calls(calls) -> None:
 
     for c in calls:
         eager.launch(c.kernel, c.grid, *c.args, device=torch.device(DEVICE), num_warps=c.num_warps,
-                     **c.constexprs)
+                     num_stages=c.num_stages, **c.constexprs)
 
 
 def time_graph(calls, n: int = 20) -> float:
@@ -141,26 +142,36 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--variants", default="", help="GdnTiles fields for Dv 128, `;` between variants")
     p.add_argument("--forests", default="quality,race")
     p.add_argument("--out", type=Path)
+    p.add_argument("--child", action="store_true", help="measure the one variant given here, in this process")
     args = p.parse_args(argv)
-    from flidec.codegen import gdn
-
-    base = gdn.TILES[D]
-    variants = [("default", {})] + [(v, parse_variant(v)) for v in args.variants.split(";") if v.strip()]
+    if args.child:
+        return measure_variant(args.variants, args.forests.split(","))
+    # one process per variant: a variant that faults leaves the CUDA context unusable for the rest
     report = []
-    for forest in args.forests.split(","):
-        nodes, table, stream = forest_inputs(FORESTS[forest])
-        for name, over in variants:
-            gdn.TILES[D] = dataclasses.replace(base, **over)
-            try:
-                r = {"forest": forest, "rows": stream.meta.num_rows, **measure(name, nodes, table, stream)}
-            except Exception as e:  # noqa: BLE001 -- a variant that does not compile or launch is reported
-                r = {"forest": forest, "variant": name, "error": f"{type(e).__name__}: {e}"[:300]}
-            finally:
-                gdn.TILES[D] = base
-            report.append(r)
+    for variant in [""] + [v for v in args.variants.split(";") if v.strip()]:
+        child = subprocess.run([sys.executable, __file__, "--child", "--variants", variant, "--forests",
+                                args.forests], capture_output=True, text=True, check=False)
+        rows = [json.loads(line) for line in child.stdout.splitlines() if line.startswith("{")]
+        if child.returncode != 0 or not rows:
+            rows = [{"variant": variant or "default", "error": child.stderr.strip()[-300:]}]
+        for r in rows:
             print(json.dumps(r), flush=True)
+        report += rows
     if args.out:
         args.out.write_text(json.dumps(report, indent=1))
+    return report
+
+
+def measure_variant(variant: str, forests: list[str]) -> list[dict]:
+    from flidec.codegen import gdn
+
+    gdn.TILES[D] = dataclasses.replace(gdn.TILES[D], **parse_variant(variant))
+    report = []
+    for forest in forests:
+        nodes, table, stream = forest_inputs(FORESTS[forest])
+        r = {"forest": forest, "rows": stream.meta.num_rows, **measure(variant or "default", nodes, table, stream)}
+        report.append(r)
+        print(json.dumps(r), flush=True)
     return report
 
 

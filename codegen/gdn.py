@@ -45,24 +45,26 @@ class GdnTiles:
     prep_warps: int  # prep holds [CHUNK, Dk] and [CHUNK, Dv] fp32 tiles at once
     block_o: int  # outputs: value columns per program
     out_warps: int
-    dot: str  # tl.dot input precision of the products the state and the WY system depend on
-    out_dot: str  # ... and of those only an output row depends on (q k^T, and qe S + attn v_new)
+    state_stages: int  # software pipelining of the walk's loads (w, ke, u do not depend on the state)
+    dot: str  # tl.dot input precision of the fp32 products the state and the WY system depend on
+    out_dot: str  # ... and of those only an output row depends on (qe S + attn v_new)
 
 
-# One tile choice per value head dim, shared by every bucket (E3). What the state and the WY system depend
-# on runs as tf32x3 (three tf32 tensor-core products, about fp32 accuracy): "ieee" fp32 dots fall back to
-# FMA loops that spill badly at Dk = Dv = 128 (a 13 KB stack frame against 2.7 KB, measured on an earlier
-# one-kernel form). Products only an output row depends on run as one tf32 product: their relative error
-# (~5e-4) is under a quarter of the bf16 rounding of that row, and tf32x3 there doubles the output kernel's
-# registers. At Dk = Dv = 128 for sm_90 (cuobjdump, sm_90 cubins built here): the prep at 8 warps takes
-# 128 KB of shared memory and a 360 B stack, the state walk with 16 value columns at 4 warps 408 B (32
-# columns 552 B, 8 warps 672 B), the outputs with 64 columns 80 registers and no stack. The interpreter
-# computes every precision in fp32.
+# One tile choice per value head dim, shared by every bucket (E3). The fp32 products the state and the WY
+# system depend on run as tf32x3 (three tf32 tensor-core products, about fp32 accuracy): "ieee" fp32 dots
+# fall back to FMA loops that spill badly at Dk = Dv = 128 (a 13 KB stack frame against 2.7 KB, measured on
+# an earlier one-kernel form); q k^T and k k^T multiply the 16-bit inputs themselves (exact products).
+# Products only an output row depends on run as one tf32 product: their relative error (~5e-4) is under a
+# quarter of the bf16 rounding of that row, and tf32x3 there doubles the output kernel's registers. At
+# Dk = Dv = 128 for sm_90 (cuobjdump, sm_90 cubins built here): the prep at 8 warps takes 64 KB of shared
+# memory and a 216 B stack, the state walk with 16 value columns at 4 warps 408 B (32 columns 552 B, 8
+# warps 672 B), the outputs with 64 columns 80 registers and no stack. benchmarks/gdn_tiles.py times the
+# alternatives on a GPU. The interpreter computes every precision in fp32 (and knows no bf16x3).
 TILES: dict[int, GdnTiles] = {
-    16: GdnTiles(block_v=16, state_warps=4, prep_warps=4, block_o=16, out_warps=4, dot="tf32x3", out_dot="tf32"),
-    32: GdnTiles(block_v=16, state_warps=4, prep_warps=4, block_o=32, out_warps=4, dot="tf32x3", out_dot="tf32"),
-    64: GdnTiles(block_v=16, state_warps=4, prep_warps=8, block_o=64, out_warps=4, dot="tf32x3", out_dot="tf32"),
-    128: GdnTiles(block_v=16, state_warps=4, prep_warps=8, block_o=64, out_warps=4, dot="tf32x3", out_dot="tf32"),
+    16: GdnTiles(block_v=16, state_warps=4, state_stages=1, prep_warps=4, block_o=16, out_warps=4, dot="tf32x3", out_dot="tf32"),
+    32: GdnTiles(block_v=16, state_warps=4, state_stages=1, prep_warps=4, block_o=32, out_warps=4, dot="tf32x3", out_dot="tf32"),
+    64: GdnTiles(block_v=16, state_warps=4, state_stages=1, prep_warps=8, block_o=64, out_warps=4, dot="tf32x3", out_dot="tf32"),
+    128: GdnTiles(block_v=16, state_warps=4, state_stages=1, prep_warps=8, block_o=64, out_warps=4, dot="tf32x3", out_dot="tf32"),
 }
 KEY_DIMS = (16, 32, 64, 128)
 
@@ -114,7 +116,7 @@ def gdn_prep_kernel(
     HV: tl.constexpr, GROUP: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, CHUNK: tl.constexpr,
     NUM_FIELDS: tl.constexpr, F_ROW0: tl.constexpr, F_LENGTH: tl.constexpr, F_TAIL: tl.constexpr,
     FUSED_GATE: tl.constexpr, EPS: tl.constexpr,
-    DOT: tl.constexpr, DOT_OUT: tl.constexpr,  # tl.dot input precisions (GdnTiles)
+    DOT: tl.constexpr,  # tl.dot input precision of the fp32 products (GdnTiles.dot)
 ):
     """Everything of one chunk that does not depend on the state entering it, for one value head: with
     cum the in-chunk cumulative log-decay, w = T (beta k e^cum) and u = T (beta v) (T the inverse of the unit
@@ -141,10 +143,8 @@ def gdn_prep_kernel(
     tail_row = tl.load(tails_ptr + item * CHUNK + pos, mask=in_tail, other=0)
     row = tl.where(in_tail, tail_row, row0 + pos - n_tail).to(tl.int64)
     valid = pos < total
-    q = tl.load(q_ptr + row[:, None] * Q_ST + hk * Q_SH + offs_k[None, :], mask=valid[:, None],
-                other=0.0).to(tl.float32)
-    k = tl.load(k_ptr + row[:, None] * K_ST + hk * K_SH + offs_k[None, :], mask=valid[:, None],
-                other=0.0).to(tl.float32)
+    q = tl.load(q_ptr + row[:, None] * Q_ST + hk * Q_SH + offs_k[None, :], mask=valid[:, None], other=0.0)
+    k = tl.load(k_ptr + row[:, None] * K_ST + hk * K_SH + offs_k[None, :], mask=valid[:, None], other=0.0)
     g = tl.load(g_ptr + row * G_ST + hv, mask=valid, other=0.0).to(tl.float32)
     beta = tl.load(beta_ptr + row * B_ST + hv, mask=valid, other=0.0).to(tl.float32)
     if FUSED_GATE:
@@ -156,8 +156,16 @@ def gdn_prep_kernel(
         softplus = tl.where(x > 20.0, x, tl.where(x < -15.0, e_x, tl.log(1.0 + e_x)))
         g = tl.where(valid, neg_a * softplus, 0.0)
         beta = tl.where(valid, 1.0 / (1.0 + tl.exp(-beta)), 0.0)
-    q = q * tl.rsqrt(tl.sum(q * q, 1) + EPS)[:, None] * scale
-    k = k * tl.rsqrt(tl.sum(k * k, 1) + EPS)[:, None]
+    # q k^T and k k^T multiply the loaded values and normalise after: products of 16-bit inputs are exact
+    # in the fp32 accumulator, so one bf16 product is as accurate as tf32x3 on normalised fp32 copies
+    qk = tl.dot(q, tl.trans(k), input_precision=DOT)
+    kk = tl.dot(k, tl.trans(k), input_precision=DOT)
+    q = q.to(tl.float32)
+    k = k.to(tl.float32)
+    r_q = tl.rsqrt(tl.sum(q * q, 1) + EPS) * scale
+    r_k = tl.rsqrt(tl.sum(k * k, 1) + EPS)
+    q = q * r_q[:, None]
+    k = k * r_k[:, None]
 
     cum = tl.cumsum(g, 0)
     decay = tl.exp(tl.where(later, float("-inf"), cum[:, None] - cum[None, :]))  # exactly 0 when later
@@ -166,13 +174,13 @@ def gdn_prep_kernel(
     by_k = (at * CHUNK + offs_c[:, None]) * DK + offs_k[None, :]
     # the output side first, so q is dead before the WY system's tiles are live
     tl.store(attn_ptr + (at * CHUNK + offs_c[:, None]) * CHUNK + offs_c[None, :],
-             tl.dot(q, tl.trans(k), input_precision=DOT_OUT) * decay)
+             qk * r_q[:, None] * r_k[None, :] * decay)
     tl.store(qe_ptr + by_k, q * tl.exp(cum)[:, None])
     tl.store(ke_ptr + by_k, k * tl.exp(cum_last - cum)[:, None])
     tl.store(decay_ptr + at, tl.exp(cum_last))
 
     k_beta = k * beta[:, None]
-    system = tl.dot(k_beta, tl.trans(k), input_precision=DOT) * decay
+    system = kk * (beta * r_k)[:, None] * r_k[None, :] * decay
     system = tl.where(offs_c[:, None] > offs_c[None, :], system, 0.0)  # strictly lower: the unit diagonal
     inv = _unit_lower_inverse(system, CHUNK, CHUNK // 4, DOT)
     tl.store(w_ptr + by_k, tl.dot(inv, k_beta * tl.exp(cum)[:, None], input_precision=DOT))
@@ -310,7 +318,7 @@ class GdnSpec:
             "Q_ST": q_st, "Q_SH": q_sh, "K_ST": k_st, "K_SH": k_sh, "V_ST": v_st, "V_SH": v_sh,
             "G_ST": g_st, "B_ST": b_st, "HV": self.num_v_heads, "GROUP": self.num_v_heads // self.num_k_heads,
             "DK": self.key_dim, "DV": self.value_dim, "CHUNK": CHUNK, **self._fields(),
-            "FUSED_GATE": self.fused_gate, "EPS": L2_EPS, "DOT": self.tiles.dot, "DOT_OUT": self.tiles.out_dot,
+            "FUSED_GATE": self.fused_gate, "EPS": L2_EPS, "DOT": self.tiles.dot,
         }
 
     def state_signature(self) -> dict[str, str]:
@@ -352,7 +360,7 @@ class GdnSpec:
                         self.key_dim**-0.5), self.prep_signature(), self.prep_constexprs(), t.prep_warps)
         walks = [GdnCall(gdn_state_kernel, self.state_grid(per_level),
                          (*work.parts(ChunkWork.STATE_PARTS), items, slots, level * per_level),
-                         self.state_signature(), self.state_constexprs(), t.state_warps)
+                         self.state_signature(), self.state_constexprs(), t.state_warps, t.state_stages)
                  for level in range(levels)]
         outs = GdnCall(gdn_out_kernel, self.out_grid(num_chunks),
                        (*work.parts(ChunkWork.OUT_PARTS), out, items, chunks), self.out_signature(),
@@ -368,6 +376,7 @@ class GdnCall:
     signature: dict[str, str]
     constexprs: dict[str, object]
     num_warps: int
+    num_stages: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -440,7 +449,7 @@ def launch_all(spec: GdnSpec, tables: GdnTables, q: torch.Tensor, k: torch.Tenso
     for call in spec.calls(tables.num_chunks, tables.num_levels, tables.per_level, q, k, v, g, beta, a_log,
                            dt_bias, items, tails, chunks, work, out, slots):
         eager.launch(call.kernel, call.grid, *call.args, device=device, num_warps=call.num_warps,
-                     **call.constexprs)
+                     num_stages=call.num_stages, **call.constexprs)
 
 
 def fork_gdn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,

@@ -243,7 +243,7 @@ def _gdn(ctx: EmitContext, out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, 
     work = gdn.ChunkWork(*(ctx.scratch(f"gdn_chunk_{part.removesuffix('_ptr')}", shape, torch.float32)
                            for part, shape in zip(gdn.ChunkWork.PARTS, shapes)))
     # the unfused prep never reads a_log_ptr / dt_bias_ptr: g fills their (typed) slots
-    return [KernelCall(c.kernel, c.grid, c.args, c.signature, c.constexprs, c.num_warps, 1)
+    return [KernelCall(c.kernel, c.grid, c.args, c.signature, c.constexprs, c.num_warps, c.num_stages)
             for c in spec.calls(chunks, b.depth, per_level, q, k, v, g, beta, g, g, items, tails, chunk_table,
                                 work, out, slots)]
 

@@ -38,11 +38,11 @@ def kernels() -> tuple[dict[object, CompiledKernel], CompiledKernel]:
     """The GDN cubins by kernel function, and the conv cubin."""
     conv = ConvSpec(torch.bfloat16, torch.bfloat16, CONV_DIM, (CONV_DIM, 4, CONV_DIM))
     t = SPEC.tiles
-    gdn = {fn: aot.compile_kernel(fn, sig, constexprs, num_warps=warps, num_stages=1)
-           for fn, sig, constexprs, warps in (
-               (gdn_prep_kernel, SPEC.prep_signature(), SPEC.prep_constexprs(), t.prep_warps),
-               (gdn_state_kernel, SPEC.state_signature(), SPEC.state_constexprs(), t.state_warps),
-               (gdn_out_kernel, SPEC.out_signature(), SPEC.out_constexprs(), t.out_warps))}
+    gdn = {fn: aot.compile_kernel(fn, sig, constexprs, num_warps=warps, num_stages=stages)
+           for fn, sig, constexprs, warps, stages in (
+               (gdn_prep_kernel, SPEC.prep_signature(), SPEC.prep_constexprs(), t.prep_warps, 1),
+               (gdn_state_kernel, SPEC.state_signature(), SPEC.state_constexprs(), t.state_warps, t.state_stages),
+               (gdn_out_kernel, SPEC.out_signature(), SPEC.out_constexprs(), t.out_warps, 1))}
     return gdn, aot.compile_kernel(fork_conv_kernel, conv.signature(), conv.constexprs(),
                                    num_warps=conv.tiles.num_warps, num_stages=conv.tiles.num_stages)
 
