@@ -21,6 +21,9 @@ from triton.runtime import interpreter
 from triton.runtime.interpreter import InterpretedFunction
 
 
+_BF16_SPLITS = ("bf16x3", "bf16x6")  # tl.dot input precisions the compiler has and the interpreter lacks
+
+
 def interpreting() -> bool:
     """Whether this process's Triton runs kernels in the interpreter (TRITON_INTERPRET=1 at import)."""
     return isinstance(tl.zeros, InterpretedFunction)
@@ -29,7 +32,9 @@ def interpreting() -> bool:
 def launch(kernel: Any, grid: tuple[int, ...], *args: Any, device: torch.device, **constexprs: Any) -> None:
     """Launch `kernel[grid](*args, **constexprs)` on the tensors of `device`."""
     if isinstance(kernel, InterpretedFunction):
-        # the interpreter copies device tensors to the host and back, so it runs with any device
+        # the interpreter copies device tensors to the host and back, so it runs with any device; it knows
+        # only the tf32 and ieee dot precisions and computes every one in fp32: bf16 splits run as ieee
+        constexprs = {k: "ieee" if v in _BF16_SPLITS else v for k, v in constexprs.items()}
         with _interpreter_fixed():
             kernel[grid](*args, **constexprs)
         return
