@@ -20,7 +20,6 @@ import triton.language as tl
 from triton.runtime import interpreter
 from triton.runtime.interpreter import InterpretedFunction
 
-
 _BF16_SPLITS = ("bf16x3", "bf16x6")  # tl.dot input precisions the compiler has and the interpreter lacks
 
 

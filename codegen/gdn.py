@@ -107,6 +107,16 @@ def _unit_lower_inverse(a, CHUNK: tl.constexpr, BLOCK: tl.constexpr, DOT: tl.con
 
 
 @triton.jit
+def _chunk_of(chunks_ptr, items_ptr, slot, item, NUM_FIELDS: tl.constexpr, F_ROW0: tl.constexpr,
+              F_LENGTH: tl.constexpr, F_TAIL: tl.constexpr):
+    """A used chunk slot's chunk index within its item, the item's first row and tail length, and total:
+    the positions from the aligned chunk start to the segment's end."""
+    fields = items_ptr + item * NUM_FIELDS
+    n_tail = tl.load(fields + F_TAIL)
+    return tl.load(chunks_ptr + slot * 2 + 1), tl.load(fields + F_ROW0), n_tail, n_tail + tl.load(fields + F_LENGTH)
+
+
+@triton.jit
 def gdn_prep_kernel(
     q_ptr, k_ptr, v_ptr,
     g_ptr, beta_ptr,  # fp32 g and beta [T, Hv]; with FUSED_GATE the raw projections a and b
@@ -133,11 +143,7 @@ def gdn_prep_kernel(
     item = tl.load(chunks_ptr + slot * 2)
     if item < 0:
         return
-    c = tl.load(chunks_ptr + slot * 2 + 1)
-    fields = items_ptr + item * NUM_FIELDS
-    row0 = tl.load(fields + F_ROW0)
-    n_tail = tl.load(fields + F_TAIL)
-    total = n_tail + tl.load(fields + F_LENGTH)  # positions from the aligned chunk start to the segment's end
+    c, row0, n_tail, total = _chunk_of(chunks_ptr, items_ptr, slot, item, NUM_FIELDS, F_ROW0, F_LENGTH, F_TAIL)
 
     offs_c = tl.arange(0, CHUNK)
     offs_k = tl.arange(0, DK)
@@ -262,11 +268,7 @@ def gdn_out_kernel(
     item = tl.load(chunks_ptr + slot * 2)
     if item < 0:
         return
-    c = tl.load(chunks_ptr + slot * 2 + 1)
-    fields = items_ptr + item * NUM_FIELDS
-    row0 = tl.load(fields + F_ROW0)
-    n_tail = tl.load(fields + F_TAIL)
-    total = n_tail + tl.load(fields + F_LENGTH)
+    c, row0, n_tail, total = _chunk_of(chunks_ptr, items_ptr, slot, item, NUM_FIELDS, F_ROW0, F_LENGTH, F_TAIL)
 
     offs_c = tl.arange(0, CHUNK)
     offs_k = tl.arange(0, DK)
