@@ -17,8 +17,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import statistics
-import subprocess
 import sys
 from pathlib import Path
 
@@ -27,6 +25,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.source import ensure_flidec
+from benchmarks.tiles import parse_variant, sweep, time_graph
 
 ensure_flidec(ROOT)
 
@@ -39,14 +38,6 @@ FORESTS = {
     "tiny": [(-1, 130), (0, 20), (0, 70)],  # checks the script on the CPU interpreter (no timing there)
 }
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def parse_variant(text: str) -> dict[str, object]:
-    over = {}
-    for item in filter(None, text.split(",")):
-        name, value = item.split("=")
-        over[name.strip()] = int(value) if value.strip().isdigit() else value.strip()
-    return over
 
 
 def forest_inputs(shape, seed: int = 0):
@@ -90,23 +81,6 @@ def run_calls(calls) -> None:
                      num_stages=c.num_stages, **c.constexprs)
 
 
-def time_graph(calls, n: int = 20) -> float:
-    run_calls(calls)  # compiles, and leaves the buffers the group reads written
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        run_calls(calls)
-    times = []
-    for _ in range(n):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        stop.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(stop))
-    return round(statistics.median(times), 4)
-
-
 def measure(name: str, nodes, table, stream) -> dict:
     from flidec.runtime.reference import ops
     from flidec.runtime.reference.forests import path_stream
@@ -131,8 +105,8 @@ def measure(name: str, nodes, table, stream) -> dict:
     groups = {"prep": calls[:1], "walks": calls[1 : per_layer - 1], "out": calls[-1:]}
     ms = {}
     if DEVICE == "cuda":
-        ms = {group: time_graph(cs) for group, cs in groups.items()}
-        ms["layer"] = time_graph(calls)
+        ms = {group: time_graph(lambda cs=cs: run_calls(cs)) for group, cs in groups.items()}
+        ms["layer"] = time_graph(lambda: run_calls(calls))
     return {"variant": name, "close": close, "max_abs_err": err, "fork_equals_plain": exact, "ms": ms,
             "launches": per_layer}
 
@@ -146,20 +120,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     args = p.parse_args(argv)
     if args.child:
         return measure_variant(args.variants, args.forests.split(","))
-    # one process per variant: a variant that faults leaves the CUDA context unusable for the rest
-    report = []
-    for variant in [""] + [v for v in args.variants.split(";") if v.strip()]:
-        child = subprocess.run([sys.executable, __file__, "--child", "--variants", variant, "--forests",
-                                args.forests], capture_output=True, text=True, check=False)
-        rows = [json.loads(line) for line in child.stdout.splitlines() if line.startswith("{")]
-        if child.returncode != 0 or not rows:
-            rows = [{"variant": variant or "default", "error": child.stderr.strip()[-300:]}]
-        for r in rows:
-            print(json.dumps(r), flush=True)
-        report += rows
-    if args.out:
-        args.out.write_text(json.dumps(report, indent=1))
-    return report
+    return sweep(__file__, args.variants, args.forests, args.out)
 
 
 def measure_variant(variant: str, forests: list[str]) -> list[dict]:

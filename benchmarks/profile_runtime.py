@@ -5,7 +5,8 @@ replay's kernels by name.
 
 Consumes a model directory (made like the harness makes it when missing) and the harness's workloads;
 compiles examples/systemone.flide for this GPU, loads it twice (CUDA graphs, and eager launches of the same
-kernels) and, for the first instance of each workload, measures (medians of 10, milliseconds): the whole
+kernels) and, for the first instance of each workload (the first N bound into one stream, as the offline
+path packs them, for `NAME*N`), measures (medians of 10, milliseconds): the whole
 `Program.label_logits` call (validation, binding, packing, meta fill, copy, replay, read), `run_stream` of
 the already bound stream (no binding), the meta fill alone, and the graph replay alone (CUDA events); then
 profiles one eager pass with torch.profiler (CUPTI sees cuda.core launches like any other) and lists the
@@ -74,12 +75,12 @@ def kernel_table(engine, key: str, top: int = 14) -> list[dict]:
     return rows[:top]
 
 
-def profile_instance(graphs, eager, inst: dict) -> dict:
+def profile_instances(graphs, eager, insts: list[dict]) -> dict:
     from flidec.runtime.program import _padded, stream_sizes
     from flidec.runtime.templates import bind_template
 
     t = graphs.tree()
-    bound = bind_template(t.tree, t.program.template, [inst], graphs.fmt)
+    bound = bind_template(t.tree, t.program.template, insts, graphs.fmt)
     bucket = t.program.bucket_for(stream_sizes(bound.stream))
     key = f"{t.tree.name}/{bucket.name}"
     padded = _padded(bound.stream, bucket.rows)
@@ -87,7 +88,7 @@ def profile_instance(graphs, eager, inst: dict) -> dict:
     eager.run_stream(bound.stream)  # fills the eager engine's meta region: its launches then redo this stream
     return {
         "rows": bound.stream.meta.num_rows, "bucket": bucket.name, "reads": len(bound.stream.meta.reads),
-        "label_logits_ms": median_ms(lambda: graphs.label_logits([inst])),
+        "label_logits_ms": median_ms(lambda: graphs.label_logits(insts)),
         "run_stream_ms": median_ms(lambda: graphs.run_stream(bound.stream)),
         "meta_fill_ms": median_ms(lambda: stage.fill(padded.tokens, padded.meta)),
         "replay_ms": replay_ms(graphs.engine.graphs[key]),
@@ -100,7 +101,8 @@ def profile_instance(graphs, eager, inst: dict) -> dict:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python benchmarks/profile_runtime.py", description=__doc__.split("\n")[0])
     p.add_argument("--model", required=True, type=Path)
-    p.add_argument("--workloads", default="independent,race,mixed,quality")
+    p.add_argument("--workloads", default="independent,race,mixed,quality",
+                   help="comma-separated; NAME*N profiles the first N instances bound into one stream (offline)")
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args(argv)
 
@@ -126,8 +128,9 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer = load_tokenizer(args.model)
     report["workloads"] = {}
     for name in args.workloads.split(","):
-        inst = build_workload(name, lambda s: len(tokenizer.encode(s))).instances[0]
-        entry = profile_instance(graphs, eager, inst)
+        workload, _, count = name.partition("*")
+        insts = build_workload(workload, lambda s: len(tokenizer.encode(s))).instances[: int(count or 1)]
+        entry = profile_instances(graphs, eager, list(insts))
         report["workloads"][name] = entry
         print(json.dumps({name: {k: v for k, v in entry.items() if k != "kernels"}}), flush=True)
         for row in entry["kernels"]:

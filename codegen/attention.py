@@ -48,6 +48,44 @@ _OPERANDS = ("Q", "K", "V", "G", "O")
 
 
 @triton.jit
+def _key_tile(q, m_i, l_i, acc, j, k_ptr, v_ptr, levels_ptr, seg, kv_head, qpos, key_end, qk_scale,
+              K_ST: tl.constexpr, K_SH: tl.constexpr, V_ST: tl.constexpr, V_SH: tl.constexpr,
+              HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, DEPTH: tl.constexpr, MASKED: tl.constexpr):
+    """One key tile of the online softmax. MASKED: the tile may hold keys past a query (causal) or past the
+    tile's own keys; without it every key precedes every query row, and the mask would keep them all: the
+    same bits, without the compare and select."""
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    kpos = j * BLOCK_N + offs_n
+    # Stream row of each key position: the deepest path level that starts at or before it.
+    krow = tl.zeros([BLOCK_N], tl.int32)
+    for d in tl.static_range(DEPTH):
+        start = tl.load(levels_ptr + (seg * DEPTH + d) * 2)
+        pos0 = tl.load(levels_ptr + (seg * DEPTH + d) * 2 + 1)
+        krow = tl.where(kpos >= pos0, start + kpos - pos0, krow)
+    krow64 = krow.to(tl.int64)
+    k_off = krow64[:, None] * K_ST + kv_head * K_SH + offs_d[None, :]
+    v_off = krow64[:, None] * V_ST + kv_head * V_SH + offs_d[None, :]
+    if MASKED:
+        kvalid = kpos < key_end
+        k = tl.load(k_ptr + k_off, mask=kvalid[:, None], other=0.0)
+        v = tl.load(v_ptr + v_off, mask=kvalid[:, None], other=0.0)
+        qk = tl.dot(q, tl.trans(k), input_precision="ieee")
+        causal = (kpos[None, :] <= qpos[:, None]) & kvalid[None, :]
+        s = tl.where(causal, qk * qk_scale, float("-inf"))
+    else:
+        k = tl.load(k_ptr + k_off)
+        v = tl.load(v_ptr + v_off)
+        s = tl.dot(q, tl.trans(k), input_precision="ieee") * qk_scale
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    alpha = tl.exp2(m_i - m_new)
+    p = tl.exp2(s - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision="ieee")
+    return m_new, l_i, acc
+
+
+@triton.jit
 def fork_attention_kernel(
     q_ptr, k_ptr, v_ptr, gate_ptr, out_ptr,
     tiles_ptr,  # int32 [num_tiles, 4]: segment, first row, first logical position, count
@@ -75,7 +113,6 @@ def fork_attention_kernel(
     # The tile's rows are the aligned positions [base, base + BLOCK_M); only [qpos0, key_end) are its own.
     base = qpos0 - qpos0 % BLOCK_M
     offs_m = tl.arange(0, BLOCK_M)
-    offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
     qpos = base + offs_m
     qvalid = (qpos >= qpos0) & (qpos < key_end)
@@ -87,31 +124,17 @@ def fork_attention_kernel(
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
     qk_scale = sm_scale * 1.4426950408889634  # exp(x) = exp2(x * log2(e))
     # The same key tiles for a query whatever its tile's count: up to the tile's aligned end. A padding tile
-    # (count 0) walks none and stores nothing.
-    num_key_tiles = tl.cdiv(base + BLOCK_M, BLOCK_N) * (count > 0).to(tl.int32)
-    for j in range(num_key_tiles):
-        kpos = j * BLOCK_N + offs_n
-        # Stream row of each key position: the deepest path level that starts at or before it.
-        krow = tl.zeros([BLOCK_N], tl.int32)
-        for d in tl.static_range(DEPTH):
-            start = tl.load(levels_ptr + (seg * DEPTH + d) * 2)
-            pos0 = tl.load(levels_ptr + (seg * DEPTH + d) * 2 + 1)
-            krow = tl.where(kpos >= pos0, start + kpos - pos0, krow)
-        kvalid = kpos < key_end
-        krow64 = krow.to(tl.int64)
-        k = tl.load(k_ptr + krow64[:, None] * K_ST + kv_head * K_SH + offs_d[None, :], mask=kvalid[:, None],
-                    other=0.0)
-        v = tl.load(v_ptr + krow64[:, None] * V_ST + kv_head * V_SH + offs_d[None, :], mask=kvalid[:, None],
-                    other=0.0)
-        qk = tl.dot(q, tl.trans(k), input_precision="ieee")
-        causal = (kpos[None, :] <= qpos[:, None]) & kvalid[None, :]
-        s = tl.where(causal, qk * qk_scale, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision="ieee")
-        m_i = m_new
+    # (count 0) walks none and stores nothing. Key tiles wholly before `base` precede every row of the tile
+    # and are the tile's own keys (key_end > qpos0 >= base): no mask.
+    live = (count > 0).to(tl.int32)
+    num_key_tiles = tl.cdiv(base + BLOCK_M, BLOCK_N) * live
+    num_open = (base // BLOCK_N) * live
+    for j in range(num_open):
+        m_i, l_i, acc = _key_tile(q, m_i, l_i, acc, j, k_ptr, v_ptr, levels_ptr, seg, kv_head, qpos, key_end,
+                                  qk_scale, K_ST, K_SH, V_ST, V_SH, HEAD_DIM, BLOCK_N, DEPTH, False)
+    for j in range(num_open, num_key_tiles):
+        m_i, l_i, acc = _key_tile(q, m_i, l_i, acc, j, k_ptr, v_ptr, levels_ptr, seg, kv_head, qpos, key_end,
+                                  qk_scale, K_ST, K_SH, V_ST, V_SH, HEAD_DIM, BLOCK_N, DEPTH, True)
 
     # l_i > 0 wherever a key was walked; a padding tile walked none and stores nothing
     out = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]

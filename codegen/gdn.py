@@ -54,22 +54,22 @@ class GdnTiles:
 # system depend on run as bf16x3 (each operand split into two bf16 parts, three bf16 tensor-core products:
 # about 16 mantissa bits, relative error ~1.5e-5, far under the bf16 rounding of the outputs); "ieee" fp32
 # dots fall back to FMA loops that spill badly at Dk = Dv = 128, and tf32x3 measured 2x slower for the whole
-# layer. q k^T and k k^T multiply the 16-bit inputs themselves (exact products). Products only an output
-# row depends on run as one tf32 product (relative error ~5e-4, under a quarter of the bf16 rounding of that
-# row). Measured on the H200 (benchmarks/gdn_tiles.py, 2026-11-29, one 0.8B layer, 5,000-token state and 9
+# layer. q k^T and k k^T multiply the 16-bit inputs themselves (exact products). The products only an
+# output row depends on run as bf16x3 too: on the H200 that was both faster and closer than one tf32 product
+# (outputs 0.092 vs 0.104 ms, max error against the fp32 op 2.4e-4 vs 4.9e-4; tf32x3 0.174 ms, ieee 3.2 ms).
+# Measured on the H200 (benchmarks/gdn_tiles.py, 2026-11-29, one 0.8B layer, 5,000-token state and 9
 # branches): prep 0.21 ms at 4 warps with bf16x3 (0.30 at 8 warps; tf32x3 0.85), state walks 0.47 ms
-# (tf32x3 0.65; 32 value columns or 2 pipelining stages no better), outputs 0.10 ms; all variants equally
-# close to the reference and fork == plain. The interpreter computes every precision in fp32 (eager.py runs
+# (tf32x3 0.65; 32 value columns or 2 pipelining stages no better); fork == plain in every variant. The interpreter computes every precision in fp32 (eager.py runs
 # bf16x3 there as ieee).
 TILES: dict[int, GdnTiles] = {
     16: GdnTiles(block_v=16, state_warps=4, state_stages=1, prep_warps=4, block_o=16, out_warps=4, dot="bf16x3",
-                 out_dot="tf32"),
+                 out_dot="bf16x3"),
     32: GdnTiles(block_v=16, state_warps=4, state_stages=1, prep_warps=4, block_o=32, out_warps=4, dot="bf16x3",
-                 out_dot="tf32"),
+                 out_dot="bf16x3"),
     64: GdnTiles(block_v=16, state_warps=4, state_stages=1, prep_warps=4, block_o=64, out_warps=4, dot="bf16x3",
-                 out_dot="tf32"),
+                 out_dot="bf16x3"),
     128: GdnTiles(block_v=16, state_warps=4, state_stages=1, prep_warps=4, block_o=64, out_warps=4, dot="bf16x3",
-                  out_dot="tf32"),
+                  out_dot="bf16x3"),
 }
 KEY_DIMS = (16, 32, 64, 128)
 

@@ -113,25 +113,31 @@ def gated_rms_norm_kernel(x_ptr, z_ptr, w_ptr, out_ptr, n_rows, eps, INNER: tl.c
 @triton.jit
 def rotary_kernel(x_ptr, pos_ptr, inv_freq_ptr, out_ptr, n_rows, INNER: tl.constexpr, X_S0: tl.constexpr,
                   X_S1: tl.constexpr, O_S0: tl.constexpr, O_S1: tl.constexpr, D: tl.constexpr,
-                  HALF: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr):
+                  HALF: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_REST: tl.constexpr, BLOCK_R: tl.constexpr):
     """Partial RoPE on the first 2 * HALF dims of each head at its token's logical position; cos and sin
-    are rounded to x's dtype first, as transformers does."""
+    are rounded to x's dtype first, as transformers does. The two rotated halves and the rest of the head
+    are separate tiles so cos and sin are computed for HALF dims a row, not all D (they are most of the
+    kernel's time at long positions)."""
     r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
-    d = tl.arange(0, BLOCK_D)
-    mask = (r[:, None] < n_rows) & (d[None, :] < D)
-    rows = _rows(r, INNER, X_S0, X_S1)[:, None]
-    x = tl.load(x_ptr + rows + d[None, :], mask=mask, other=0.0)
-    rot = d < 2 * HALF
-    partner = tl.where(d < HALF, d + HALF, d - HALF)
-    other = tl.load(x_ptr + rows + partner[None, :], mask=mask & rot[None, :], other=0.0).to(tl.float32)
+    h = tl.arange(0, BLOCK_HALF)
+    live = r[:, None] < n_rows
+    xrows = _rows(r, INNER, X_S0, X_S1)[:, None]
+    orows = _rows(r, INNER, O_S0, O_S1)[:, None]
+    hmask = live & (h[None, :] < HALF)
+    x1 = tl.load(x_ptr + xrows + h[None, :], mask=hmask, other=0.0)
+    x2 = tl.load(x_ptr + xrows + HALF + h[None, :], mask=hmask, other=0.0).to(tl.float32)
     pos = tl.load(pos_ptr + r // INNER, mask=r < n_rows, other=0).to(tl.float32)
-    freq = pos[:, None] * tl.load(inv_freq_ptr + d % HALF, mask=rot, other=0.0)[None, :]
-    cos = tl.cos(freq).to(x.dtype).to(tl.float32)
-    sin = tl.sin(freq).to(x.dtype).to(tl.float32)
-    rotated = tl.where((d < HALF)[None, :], -other, other)
-    out = tl.where(rot[None, :], x.to(tl.float32) * cos + rotated * sin, x.to(tl.float32))
-    tl.store(out_ptr + _rows(r, INNER, O_S0, O_S1)[:, None] + d[None, :], out.to(out_ptr.dtype.element_ty),
-             mask=mask)
+    freq = pos[:, None] * tl.load(inv_freq_ptr + h, mask=h < HALF, other=0.0)[None, :]
+    cos = tl.cos(freq).to(x1.dtype).to(tl.float32)
+    sin = tl.sin(freq).to(x1.dtype).to(tl.float32)
+    a = x1.to(tl.float32)
+    tl.store(out_ptr + orows + h[None, :], (a * cos - x2 * sin).to(out_ptr.dtype.element_ty), mask=hmask)
+    tl.store(out_ptr + orows + HALF + h[None, :], (x2 * cos + a * sin).to(out_ptr.dtype.element_ty), mask=hmask)
+    if BLOCK_REST > 0:  # the dims past the rotated ones, copied
+        d = 2 * HALF + tl.arange(0, BLOCK_REST)
+        dmask = live & (d[None, :] < D)
+        rest = tl.load(x_ptr + xrows + d[None, :], mask=dmask, other=0.0)
+        tl.store(out_ptr + orows + d[None, :], rest.to(out_ptr.dtype.element_ty), mask=dmask)
 
 
 @triton.jit
@@ -282,13 +288,15 @@ def emit_gated_rms_norm(x: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, 
 def emit_rotary(x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor, out: torch.Tensor
                 ) -> KernelCall:
     n, inner, d = _same_rows(x, out)
+    half = inv_freq.shape[0]
     block_d, block_r = _tile(d)
     (_, _, xs0, xs1, _), (_, _, os0, os1, _) = _layout(x), _layout(out)
     return _call(rotary_kernel, n, block_r,
                  {"x_ptr": (x, _ptr(x)), "pos_ptr": (positions, _ptr(positions)),
                   "inv_freq_ptr": (inv_freq, _ptr(inv_freq)), "out_ptr": (out, _ptr(out)), "n_rows": (n, "i32")},
-                 {"INNER": inner, "X_S0": xs0, "X_S1": xs1, "O_S0": os0, "O_S1": os1, "D": d,
-                  "HALF": inv_freq.shape[0], "BLOCK_D": block_d, "BLOCK_R": block_r})
+                 {"INNER": inner, "X_S0": xs0, "X_S1": xs1, "O_S0": os0, "O_S1": os1, "D": d, "HALF": half,
+                  "BLOCK_HALF": triton.next_power_of_2(half),
+                  "BLOCK_REST": triton.next_power_of_2(d - 2 * half) if d > 2 * half else 0, "BLOCK_R": block_r})
 
 
 def emit_binary(op: int, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> KernelCall:

@@ -9,8 +9,11 @@ and a ladder of Buckets, rows in multiples of 64, each with the worst padding an
 
 Rows: the tree's bucket hints when it has any (rounded up to 64 rows); else, with a profile, the fewest
 buckets that keep every profiled instance within the stated padding (a greedy interval cover, which is
-optimal; 64-row rounding can force more on instances under 256 rows); else a doubling ladder from the
-smallest instance to the worst case (padding under 50%). Segments, reads, depth and labels per bucket are
+optimal; 64-row rounding can force more on instances under 256 rows); else a ladder from the smallest
+instance to the worst case through the row counts 2^k and 3 * 2^k (64, 128, 192, 256, 384, 512, 768, ...:
+padding under a third, where doubling pads up to a half; the GEMMs and row-wise kernels cost in
+proportion to a bucket's rows, and kernels are shared by every bucket, so a finer ladder costs a
+recording and a CUDA graph per bucket, not kernels). Segments, reads, depth and labels per bucket are
 the most an instance of that many rows can have, so rows alone decide the bucket; an instance with more
 rows than the largest bucket takes the eager/split path (TreeProgram.bucket_for returns None).
 """
@@ -53,7 +56,7 @@ def bucket_tree(t: TreeTemplate, profile: Sequence[Sizes], padding: float, max_r
     elif profile:
         rows, basis = _cover(sorted(p.rows for p in profile), padding, round_rows(worst.rows)), "profile"
     else:
-        rows, basis = _doubling(least, min(worst.rows, max_rows)), "bounds"
+        rows, basis = _ladder(least, min(worst.rows, max_rows)), "bounds"
     reads_per_row = max_reads_per_segment(t)
     plans = []
     for k, r in enumerate(rows):
@@ -84,8 +87,11 @@ def _cover(sizes: list[int], padding: float, most: int) -> list[int]:
     return rows
 
 
-def _doubling(least: int, most: int) -> list[int]:
-    rows = [round_rows(least)]
-    while rows[-1] < most:
-        rows.append(min(2 * rows[-1], round_rows(most)))
-    return rows
+def _ladder(least: int, most: int) -> list[int]:
+    """round_rows(least), each 2^k and 3 * 2^k row count (multiples of 64) between, round_rows(most)."""
+    low, high = round_rows(least), round_rows(most)
+    steps, k = [], ROW_ALIGN
+    while k < high:
+        steps += [k, 3 * k // 2] if k > ROW_ALIGN else [k]
+        k *= 2
+    return [low] + [r for r in steps if low < r < high] + ([high] if high > low else [])

@@ -67,10 +67,11 @@ def test_gated_rms_norm_matches_reference(dtype) -> None:
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_rotary_matches_reference(dtype) -> None:
+@pytest.mark.parametrize("rot", [8, 12, 32])  # partial (8 or 12 of 32 dims: a half not a power of 2) or whole
+def test_rotary_matches_reference(dtype, rot) -> None:
     x = rand(23, 2, 32, dtype=dtype)
     positions = torch.arange(100, 123)
-    inv_freq = 1.0 / (10000.0 ** (torch.arange(0, 8, 2, dtype=torch.float32) / 8))  # partial: 8 of 32 dims
+    inv_freq = 1.0 / (10000.0 ** (torch.arange(0, rot, 2, dtype=torch.float32) / rot))
     out = nan_like(x)
     run(pw.emit_rotary(x, positions, inv_freq, out))
     close(out, ops.rotary(x, positions, inv_freq))

@@ -1,0 +1,120 @@
+"""Fork attention launch times per tile choice on a GPU: the measurements behind codegen/attention.TILES.
+
+    python benchmarks/attention_tiles.py [--variants "block_m=128;block_n=32,num_stages=3"] [--out FILE]
+
+At Qwen3.5-0.8B's attention shapes (8 query heads and 2 kv heads of 256, bf16, with the output gate) and
+the forests of gdn_tiles.py (QuALITY-like: a 5,000-token state and 9 questions of 120 tokens; RACE-like: 8
+states of 450 tokens with 4 questions of 40 each), runs one layer's attention (codegen/attention.py,
+through Triton's JIT) for the default tiles and each variant (fields of AttentionTiles for head dim 256,
+`;` between variants), each in its own process. Per variant: the output against the reference op (bf16
+tolerance) and a leaf's path against its plain stream (bitwise, E3); then the launch captured in a CUDA
+graph and timed with CUDA events, median of 20 replays, in milliseconds. Writes JSON and prints one line
+per variant and forest. A diagnostic like gdn_tiles.py: the benchmark is run.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.source import ensure_flidec
+from benchmarks.tiles import parse_variant, sweep, time_graph
+
+ensure_flidec(ROOT)
+
+import torch
+
+HQ, HKV, D = 8, 2, 256
+FORESTS = {
+    "quality": [(-1, 5000)] + [(0, 120)] * 9,
+    "race": [node for s in range(8) for node in [(-1, 450)] + [(5 * s, 40)] * 4],
+    "tiny": [(-1, 130), (0, 20), (0, 70)],  # checks the script on the CPU interpreter (no timing there)
+}
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def forest_inputs(shape, seed: int = 0):
+    from flidec.runtime.reference.forests import pack_forest
+
+    nodes, next_id = [], 1
+    for parent, length in shape:
+        nodes.append((parent, list(range(next_id, next_id + length))))
+        next_id += length
+    gen = torch.Generator().manual_seed(seed)
+    table = {"q": torch.randn(next_id, HQ, D, generator=gen).bfloat16(),
+             "k": torch.randn(next_id, HKV, D, generator=gen).bfloat16(),
+             "v": torch.randn(next_id, HKV, D, generator=gen).bfloat16(),
+             "gate": torch.randn(next_id, HQ, D, generator=gen).bfloat16()}
+    return nodes, table, pack_forest(nodes, gap=1)
+
+
+def attend(table, stream):
+    """The layer's attention on `stream` (a NaN-filled output: rows it does not write stay NaN), and a
+    function that reruns it."""
+    from flidec.codegen.attention import fork_attention
+
+    q, k, v, gate = (table[n][stream.tokens].to(DEVICE) for n in ("q", "k", "v", "gate"))
+    out = torch.full(q.shape, float("nan"), dtype=q.dtype, device=DEVICE)
+
+    def run() -> None:
+        fork_attention(q, k, v, stream.meta, gate=gate, out=out)
+
+    run()
+    return out, run, (q, k, v, gate)
+
+
+def measure(name: str, nodes, table, stream) -> dict:
+    from flidec.runtime.reference import ops
+    from flidec.runtime.reference.forests import path_stream
+    from flidec.runtime.reference.tolerance import TOLERANCE
+
+    out, run, (q, k, v, gate) = attend(table, stream)
+    rows = (stream.meta.segment_ids >= 0).to(DEVICE)
+    want = ops.fork_attention(q.float(), k.float(), v.float(), stream.meta) * torch.sigmoid(gate.float())
+    atol, rtol = TOLERANCE[torch.bfloat16]
+    err = (out[rows].double() - want[rows].double()).abs().max().item()
+    close = torch.allclose(out[rows].double(), want[rows].double(), atol=atol, rtol=rtol)
+    leaf = len(nodes) - 1
+    pout, _, _ = attend(table, path_stream(nodes, leaf))
+    meta = stream.meta
+    path = torch.cat([torch.arange(meta.segments[i].start, meta.segments[i].start + meta.segments[i].length)
+                      for i in meta.ancestors[leaf] + (leaf,)]).to(DEVICE)
+    exact = torch.equal(out[path], pout)
+    ms = time_graph(run) if DEVICE == "cuda" else None
+    return {"variant": name, "close": close, "max_abs_err": err, "fork_equals_plain": exact, "ms": ms}
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--variants", default="", help="AttentionTiles fields for head dim 256, `;` between variants")
+    p.add_argument("--forests", default="quality,race")
+    p.add_argument("--out", type=Path)
+    p.add_argument("--child", action="store_true", help="measure the one variant given here, in this process")
+    args = p.parse_args(argv)
+    if args.child:
+        return measure_variant(args.variants, args.forests.split(","))
+    return sweep(__file__, args.variants, args.forests, args.out)
+
+
+def measure_variant(variant: str, forests: list[str]) -> list[dict]:
+    from flidec.codegen import attention
+
+    attention.TILES[D] = dataclasses.replace(attention.TILES[D], **parse_variant(variant))
+    report = []
+    for forest in forests:
+        nodes, table, stream = forest_inputs(FORESTS[forest])
+        r = {"forest": forest, "rows": stream.meta.num_rows, **measure(variant or "default", nodes, table, stream)}
+        report.append(r)
+        print(json.dumps(r), flush=True)
+    return report
+
+
+if __name__ == "__main__":
+    main()

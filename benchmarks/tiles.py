@@ -1,0 +1,62 @@
+"""What the tile sweeps (gdn_tiles.py, attention_tiles.py) share: variant parsing, one process per variant,
+CUDA-graph timing.
+
+A variant is `field=value,field=value` over a kernel's tile dataclass; `;` separates variants. Each
+variant runs in its own process (`--child`): one that faults leaves its CUDA context unusable, and the
+next variant must not inherit that.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+
+def parse_variant(text: str) -> dict[str, object]:
+    over: dict[str, object] = {}
+    for item in filter(None, text.split(",")):
+        name, value = item.split("=")
+        over[name.strip()] = int(value) if value.strip().isdigit() else value.strip()
+    return over
+
+
+def sweep(script: str, variants: str, forests: str, out: Path | None) -> list[dict]:
+    """The default tiles, then each variant, each through `script --child`; prints and returns its JSON rows."""
+    report = []
+    for variant in [""] + [v for v in variants.split(";") if v.strip()]:
+        child = subprocess.run([sys.executable, script, "--child", "--variants", variant, "--forests", forests],
+                               capture_output=True, text=True, check=False)
+        rows = [json.loads(line) for line in child.stdout.splitlines() if line.startswith("{")]
+        if child.returncode != 0 or not rows:
+            rows = [{"variant": variant or "default", "error": child.stderr.strip()[-300:]}]
+        for r in rows:
+            print(json.dumps(r), flush=True)
+        report += rows
+    if out:
+        out.write_text(json.dumps(report, indent=1))
+    return report
+
+
+def time_graph(run: Callable[[], None], n: int = 20) -> float:
+    """Median milliseconds of one replay of `run`'s launches captured in a CUDA graph (run once first: it
+    compiles, and leaves written what the launches read)."""
+    run()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        run()
+    times = []
+    for _ in range(n):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        stop.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(stop))
+    return round(statistics.median(times), 4)
