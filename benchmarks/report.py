@@ -5,7 +5,9 @@ produces the result dict (JSON-ready: no tensors), a fixed-width table, one comp
 benchmarks/results/<date>-<commit>.json with <date>-<commit>.png beside it (q/s per workload and engine,
 log scale; matplotlib with the Agg backend). Exactness compares every engine's logits with the fp32-ref
 cell of the same workload on the reads both measured; bitwise fork == solo compares each fork engine with
-its solo twin (engines.SOLO_OF). Metric definitions live in benchmarks/metrics.py.
+its solo twin (engines.SOLO_OF). Metric definitions live in benchmarks/metrics.py. A cell whose timed runs
+held compile work (measure.py) keeps its numbers but carries `compiling` and the reason: the table marks
+its speeds with `*` and says why below it, the plot gives it no bar, a fork-vs-solo speedup from it is null.
 """
 
 from __future__ import annotations
@@ -95,6 +97,9 @@ def cell_row(cell: Cell, work: Work | None, cfg, peak: float | None) -> dict:
             "questions": questions,
             "runs": len(cell.offline_s),
             "cold": cell.cold,
+            "compiling": cell.compiling is not None,  # q/s, tok/s, TFLOP/s and %peak are no speed
+            "compiling_reason": cell.compiling,
+            "shape_warmup_s": _r(cell.shape_warmup_s, 4),
             "offline_s": [_r(x, 4) for x in cell.offline_s],
             "qps": _r(metrics.rate(questions, t), 2),
             "tok_s": _r(metrics.rate(work.tokens(ids, "solo"), t), 0),
@@ -104,6 +109,8 @@ def cell_row(cell: Cell, work: Work | None, cfg, peak: float | None) -> dict:
             "peak_fraction": _r(tflops / peak, 4) if peak else None,
             "latency_n": len(cell.latency_s),
             "latency_error": cell.latency_error,
+            "latency_compiling": cell.latency_compiling is not None,  # p50 and p90 hold compiles
+            "latency_compiling_reason": cell.latency_compiling,
             "p50_ms": _r(metrics.percentile(cell.latency_s, 50) * 1e3, 2) if cell.latency_s else None,
             "p90_ms": _r(metrics.percentile(cell.latency_s, 90) * 1e3, 2) if cell.latency_s else None,
             "peak_mem_gib": _r(cell.peak_mem_bytes / GIB, 2) if cell.peak_mem_bytes is not None else None,
@@ -154,12 +161,14 @@ def assemble(
             ra = next(r for r in rows if r["engine"] == fork and r["workload"] == w)
             rb = next(r for r in rows if r["engine"] == solo and r["workload"] == w)
             equal, compared = metrics.bitwise_equal(a.logits, b.logits)
+            compiling = ra["compiling"] or rb["compiling"]  # a time with compiles in it divides into nothing
             comparisons.append(
                 {
                     "workload": w,
                     "fork": fork,
                     "solo": solo,
-                    "speedup": _r(ra["qps"] / rb["qps"], 2) if rb.get("qps") else None,
+                    "speedup": _r(ra["qps"] / rb["qps"], 2) if rb.get("qps") and not compiling else None,
+                    "compiling": compiling,
                     "bitwise_equal": equal,
                     "bitwise_compared": compared,
                 }
@@ -225,6 +234,12 @@ def _fmt(v, nd: int = 1) -> str:
     return str(v)
 
 
+def _marked(v, nd: int, compiling: bool) -> str:
+    """A number timed while the engine still compiled keeps its value, with a `*` (the lines under the
+    table say why)."""
+    return _fmt(v, nd) + ("*" if compiling and v is not None else "")
+
+
 def table(result: dict) -> str:
     head = (
         "workload",
@@ -249,18 +264,19 @@ def table(result: dict) -> str:
             continue
         ex = r.get("exact") or {}
         inst = f"{r['instances']}/{r['of_instances']}" + ("c" if r["cold"] else "")
+        speed, lat = r["compiling"], r["latency_compiling"]
         lines.append(
             (
                 r["workload"],
                 r["engine"],
                 inst,
                 str(r["questions"]),
-                _fmt(r["qps"]),
-                _fmt(r["tok_s"], 0),
-                _fmt(r["p50_ms"], 2),
-                _fmt(r["p90_ms"], 2),
-                _fmt(r["tflops"], 2),
-                _fmt(r["peak_fraction"] and 100 * r["peak_fraction"], 1),
+                _marked(r["qps"], 1, speed),
+                _marked(r["tok_s"], 0, speed),
+                _marked(r["p50_ms"], 2, lat),
+                _marked(r["p90_ms"], 2, lat),
+                _marked(r["tflops"], 2, speed),
+                _marked(r["peak_fraction"] and 100 * r["peak_fraction"], 1, speed),
                 _fmt(r["peak_mem_gib"], 2),
                 _fmt(ex.get("max_dp_points"), 3),
                 _fmt(ex.get("mean_tv"), 5),
@@ -277,10 +293,20 @@ def table(result: dict) -> str:
             out.append("  ".join(v.ljust(w) for v, w in zip(x, widths)))
         else:
             out.append(f"{x[0].ljust(widths[0])}  {x[1].ljust(widths[1])}  {x[2]}")
+    for r in result["cells"]:
+        for key, what in (
+            ("compiling_reason", "q/s, tok/s, TFLOP/s, %peak"),
+            ("latency_compiling_reason", "p50, p90"),
+        ):
+            if r.get(key):
+                out.append(f"* {r['workload']} {r['engine']}: {what} include compile time: {r[key]}")
     out.append("")
     for c in result["comparisons"]:
+        speedup = (
+            "no speedup (a cell was compiling)" if c["compiling"] else f"{_fmt(c['speedup'], 2)}x faster"
+        )
         out.append(
-            f"{c['workload']}: {c['fork']} vs {c['solo']}: {_fmt(c['speedup'], 2)}x faster; "
+            f"{c['workload']}: {c['fork']} vs {c['solo']}: {speedup}; "
             f"bitwise equal {c['bitwise_equal']}/{c['bitwise_compared']} reads"
         )
     for name, w in result["workloads"].items():
@@ -298,7 +324,8 @@ def table(result: dict) -> str:
         out.append(f"engine {e['name']}: {facts}")
     out.append(
         f"(inst: instances measured / in the workload, c: cold, the warm-up run; q/s and tok/s: median of "
-        f"the runs; tok/s counts every prompt whole; %peak of {result['matmul_peak_tflops']} TFLOP/s bf16)"
+        f"the runs; tok/s counts every prompt whole; %peak of {result['matmul_peak_tflops']} TFLOP/s bf16; "
+        f"*: timed while the engine still compiled new shapes, not its speed or latency: the * lines say why)"
     )
     return "\n".join(out)
 
@@ -324,7 +351,7 @@ def plot(result: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [r for r in result["cells"] if r.get("qps")]
+    rows = [r for r in result["cells"] if r.get("qps") and not r["compiling"]]  # a bar reads as a speed
     workloads = list(dict.fromkeys(r["workload"] for r in result["cells"]))
     engines = list(dict.fromkeys(r["engine"] for r in rows))  # engines without a number get no bar
     fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(workloads)) + 1.6, 4.2))

@@ -204,9 +204,8 @@ def run_engine(
         except Exception as e:  # noqa: BLE001 -- an engine's or a workload's failure is a row, not a crash
             traceback.print_exc()
             cell = Cell(name, w, "error", error_text(e))
-        log(
-            f"{name} x {w}: {cell.status} {cell.error or ''} ({time.perf_counter() - now:.1f} s of {cap:.1f})"
-        )
+        note = cell.error or (f"compiling: {cell.compiling}" if cell.compiling else "")
+        log(f"{name} x {w}: {cell.status} {note} ({time.perf_counter() - now:.1f} s of {cap:.1f})")
         cells.append(cell)
     if hasattr(engine, "facts"):
         info.setdefault("facts", {}).update(engine.facts())
