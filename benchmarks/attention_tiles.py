@@ -25,13 +25,13 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.source import ensure_flidec
-from benchmarks.tiles import parse_variant, sweep, time_graph
+from benchmarks.tiles import parse_heads, parse_variant, sweep, time_graph
 
 ensure_flidec(ROOT)
 
 import torch
 
-HQ, HKV, D = 8, 2, 256
+HQ, HKV, D = 8, 2, 256  # --heads: 0.8B's 8 query and 2 kv heads of 256
 FORESTS = {
     "quality": [(-1, 5000)] + [(0, 120)] * 9,
     "race": [node for s in range(8) for node in [(-1, 450)] + [(5 * s, 40)] * 4],
@@ -57,14 +57,23 @@ def forest_inputs(shape, seed: int = 0):
 
 def attend(table, stream):
     """The layer's attention on `stream` (a NaN-filled output: rows it does not write stay NaN), and a
-    function that reruns it."""
-    from flidec.codegen.attention import fork_attention
+    function that reruns its launch (tables built once, outside any graph capture)."""
+    import math
+
+    from flidec.codegen import eager
+    from flidec.codegen.attention import attention_spec, fork_attention_kernel
+    from flidec.runtime import tables
 
     q, k, v, gate = (table[n][stream.tokens].to(DEVICE) for n in ("q", "k", "v", "gate"))
     out = torch.full(q.shape, float("nan"), dtype=q.dtype, device=DEVICE)
+    levels = tables.path_levels(stream.meta).to(DEVICE)
+    spec = attention_spec(q, k, v, gate, out, levels.shape[1])
+    tiles = tables.query_tiles(stream.meta, spec.tiles.block_m).to(DEVICE)
 
     def run() -> None:
-        fork_attention(q, k, v, stream.meta, gate=gate, out=out)
+        eager.launch(fork_attention_kernel, spec.grid(tiles.shape[0]), q, k, v, gate, out, tiles, levels,
+                     1.0 / math.sqrt(D), device=torch.device(DEVICE), num_warps=spec.tiles.num_warps,
+                     num_stages=spec.tiles.num_stages, **spec.constexprs())
 
     run()
     return out, run, (q, k, v, gate)
@@ -95,12 +104,15 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--variants", default="", help="AttentionTiles fields for head dim 256, `;` between variants")
     p.add_argument("--forests", default="quality,race")
+    p.add_argument("--heads", default="8,2,256", help="query heads, kv heads, head dim (0.8B: 8,2,256)")
     p.add_argument("--out", type=Path)
     p.add_argument("--child", action="store_true", help="measure the one variant given here, in this process")
     args = p.parse_args(argv)
     if args.child:
+        global HQ, HKV, D
+        HQ, HKV, D = parse_heads(args.heads)
         return measure_variant(args.variants, args.forests.split(","))
-    return sweep(__file__, args.variants, args.forests, args.out)
+    return sweep(__file__, args.variants, args.out, ["--forests", args.forests, "--heads", args.heads])
 
 
 def measure_variant(variant: str, forests: list[str]) -> list[dict]:

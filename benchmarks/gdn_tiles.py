@@ -25,13 +25,13 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.source import ensure_flidec
-from benchmarks.tiles import parse_variant, sweep, time_graph
+from benchmarks.tiles import parse_heads, parse_variant, sweep, time_graph
 
 ensure_flidec(ROOT)
 
 import torch
 
-H, D = 16, 128
+HK, HV, D = 16, 16, 128  # --heads: 0.8B's 16 key and 16 value heads of 128
 FORESTS = {
     "quality": [(-1, 5000)] + [(0, 120)] * 9,
     "race": [node for s in range(8) for node in [(-1, 450)] + [(5 * s, 40)] * 4],
@@ -48,10 +48,10 @@ def forest_inputs(shape, seed: int = 0):
         nodes.append((parent, list(range(next_id, next_id + length))))
         next_id += length
     gen = torch.Generator().manual_seed(seed)
-    table = {"q": torch.randn(next_id, H, D, generator=gen).bfloat16(),
-             "k": torch.randn(next_id, H, D, generator=gen).bfloat16(),
-             "v": torch.randn(next_id, H, D, generator=gen).bfloat16(),
-             "g": -0.3 * torch.rand(next_id, H, generator=gen), "beta": torch.rand(next_id, H, generator=gen)}
+    table = {"q": torch.randn(next_id, HK, D, generator=gen).bfloat16(),
+             "k": torch.randn(next_id, HK, D, generator=gen).bfloat16(),
+             "v": torch.randn(next_id, HV, D, generator=gen).bfloat16(),
+             "g": -0.3 * torch.rand(next_id, HV, generator=gen), "beta": torch.rand(next_id, HV, generator=gen)}
     return nodes, table, pack_forest(nodes, gap=1)
 
 
@@ -65,7 +65,7 @@ def layer(table, stream):
     out = torch.full(v.shape, float("nan"), dtype=v.dtype, device=DEVICE)
     spec = gdn.gdn_spec(q, k, v, g, beta, out, fused_gate=False)
     tables = gdn_tables(stream.meta)
-    slots = gdn.slot_buffer(tables.num_slots, H, D, D, DEVICE)
+    slots = gdn.slot_buffer(tables.num_slots, HV, D, D, DEVICE)
     work = gdn.ChunkWork.empty(tables.num_chunks, spec, DEVICE)
     items, tails, chunks = (t.to(DEVICE) for t in (tables.items, tables.tails, tables.chunks))
     calls = spec.calls(tables.num_chunks, tables.num_levels, tables.per_level, q, k, v, g, beta, g, g, items,
@@ -115,12 +115,15 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--variants", default="", help="GdnTiles fields for Dv 128, `;` between variants")
     p.add_argument("--forests", default="quality,race")
+    p.add_argument("--heads", default="16,16,128", help="key heads, value heads, head dim (0.8B: 16,16,128)")
     p.add_argument("--out", type=Path)
     p.add_argument("--child", action="store_true", help="measure the one variant given here, in this process")
     args = p.parse_args(argv)
     if args.child:
+        global HK, HV, D
+        HK, HV, D = parse_heads(args.heads)
         return measure_variant(args.variants, args.forests.split(","))
-    return sweep(__file__, args.variants, args.forests, args.out)
+    return sweep(__file__, args.variants, args.out, ["--forests", args.forests, "--heads", args.heads])
 
 
 def measure_variant(variant: str, forests: list[str]) -> list[dict]:

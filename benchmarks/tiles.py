@@ -26,11 +26,12 @@ def parse_variant(text: str) -> dict[str, object]:
     return over
 
 
-def sweep(script: str, variants: str, forests: str, out: Path | None) -> list[dict]:
-    """The default tiles, then each variant, each through `script --child`; prints and returns its JSON rows."""
+def sweep(script: str, variants: str, out: Path | None, child_args: list[str]) -> list[dict]:
+    """The default tiles, then each variant, each through `script --child --variants V *child_args`; prints
+    and returns its JSON rows."""
     report = []
     for variant in [""] + [v for v in variants.split(";") if v.strip()]:
-        child = subprocess.run([sys.executable, script, "--child", "--variants", variant, "--forests", forests],
+        child = subprocess.run([sys.executable, script, "--child", "--variants", variant, *child_args],
                                capture_output=True, text=True, check=False)
         rows = [json.loads(line) for line in child.stdout.splitlines() if line.startswith("{")]
         if child.returncode != 0 or not rows:
@@ -41,6 +42,12 @@ def sweep(script: str, variants: str, forests: str, out: Path | None) -> list[di
     if out:
         out.write_text(json.dumps(report, indent=1))
     return report
+
+
+def parse_heads(text: str) -> tuple[int, int, int]:
+    """`--heads A,B,D`: two head counts and a head dim."""
+    a, b, d = (int(x) for x in text.split(","))
+    return a, b, d
 
 
 def time_graph(run: Callable[[], None], n: int = 20) -> float:

@@ -108,5 +108,5 @@ def linear(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = Non
     spec = gemm_spec(x, weight, out)
     if x.shape[0] > 0:
         eager.launch(gemm_kernel, spec.grid(x.shape[0]), x, weight, out, x.shape[0], device=x.device,
-                     **spec.constexprs())
+                     num_warps=spec.tiles.num_warps, num_stages=spec.tiles.num_stages, **spec.constexprs())
     return out

@@ -1,0 +1,94 @@
+"""Batch-invariant GEMM launch times per tile choice on a GPU: the measurements behind codegen/gemm.TILES.
+
+    python benchmarks/gemm_tiles.py [--variants "block_n=256;num_stages=4"] [--rows 6144] [--out FILE]
+
+Runs the bf16 projections of one Qwen3.5-0.8B layer of each kind (Gated DeltaNet: in_proj_qkv 6144 x 1024,
+in_proj_z 2048 x 1024, in_proj_b and in_proj_a 16 x 1024, out_proj 1024 x 2048; attention: q with its gate
+4096 x 1024, k and v 512 x 1024, o_proj 1024 x 2048; the MLP's gate and up 3584 x 1024 and down 1024 x 3584;
+18 GDN and 6 attention layers) at `--rows` rows, through codegen/gemm.py with the default tiles and each
+variant (fields of GemmTiles for bf16, `;` between variants), each in its own process. Per variant: every
+projection against torch's fp32 matmul of the same inputs (bf16 tolerance) and batch invariance (the first
+rows alone == the same rows inside the full launch, bitwise); then all 186 launches of a 0.8B pass captured
+in one CUDA graph and timed (median of 20 replays, ms) with the achieved TFLOP/s. A diagnostic like
+gdn_tiles.py: the benchmark is run.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.source import ensure_flidec
+from benchmarks.tiles import parse_variant, sweep, time_graph
+
+ensure_flidec(ROOT)
+
+import torch
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+GDN = [(6144, 1024), (2048, 1024), (16, 1024), (16, 1024), (1024, 2048)]
+ATTENTION = [(4096, 1024), (512, 1024), (512, 1024), (1024, 2048)]
+MLP = [(3584, 1024), (3584, 1024), (1024, 3584)]
+PASS = (GDN + MLP) * 18 + (ATTENTION + MLP) * 6  # 186 launches
+ROWS = 6144
+
+
+def measure(name: str, rows: int) -> dict:
+    from flidec.codegen.gemm import linear
+    from flidec.runtime.reference.tolerance import TOLERANCE
+
+    gen = torch.Generator().manual_seed(0)
+    shapes = sorted(set(PASS))
+    xs = {k: (torch.randn(rows, k, generator=gen) * 0.5).bfloat16().to(DEVICE) for k in {k for _, k in shapes}}
+    ws = {s: (torch.randn(*s, generator=gen) * s[1] ** -0.5).bfloat16().to(DEVICE) for s in shapes}
+    outs = {s: torch.empty(rows, s[0], dtype=torch.bfloat16, device=DEVICE) for s in shapes}
+    atol, rtol = TOLERANCE[torch.bfloat16]
+    close, invariant, err = True, True, 0.0
+    for (n, k) in shapes:
+        y = linear(xs[k], ws[(n, k)], outs[(n, k)])
+        want = xs[k].float() @ ws[(n, k)].float().T
+        err = max(err, (y.double() - want.double()).abs().max().item())
+        close &= torch.allclose(y.double(), want.double(), atol=atol, rtol=rtol)
+        head = 1 + rows // 3  # not a multiple of any tile
+        invariant &= torch.equal(linear(xs[k][:head], ws[(n, k)]), y[:head])
+    ms = tflops = None
+    if DEVICE == "cuda":
+        ms = time_graph(lambda: [linear(xs[k], ws[(n, k)], outs[(n, k)]) for n, k in PASS])
+        tflops = round(sum(2 * rows * n * k for n, k in PASS) / ms / 1e9, 1)
+    return {"variant": name, "rows": rows, "close": close, "max_abs_err": err, "batch_invariant": invariant,
+            "ms": ms, "tflops": tflops}
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--variants", default="", help="GemmTiles fields for bf16, `;` between variants")
+    p.add_argument("--rows", default=str(ROWS), help="rows of every launch (several: comma-separated)")
+    p.add_argument("--out", type=Path)
+    p.add_argument("--child", action="store_true", help="measure the one variant given here, in this process")
+    args = p.parse_args(argv)
+    if args.child:
+        return measure_variant(args.variants, [int(r) for r in args.rows.split(",")])
+    return sweep(__file__, args.variants, args.out, ["--rows", args.rows])
+
+
+def measure_variant(variant: str, rows: list[int]) -> list[dict]:
+    from flidec.codegen import gemm
+
+    gemm.TILES[torch.bfloat16] = dataclasses.replace(gemm.TILES[torch.bfloat16], **parse_variant(variant))
+    report = []
+    for r in rows:
+        row = measure(variant or "default", r)
+        report.append(row)
+        print(json.dumps(row), flush=True)
+    return report
+
+
+if __name__ == "__main__":
+    main()
