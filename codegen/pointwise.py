@@ -289,7 +289,7 @@ def emit_rotary(x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor
                 ) -> KernelCall:
     n, inner, d = _same_rows(x, out)
     half = inv_freq.shape[0]
-    block_d, block_r = _tile(d)
+    _, block_r = _tile(d)
     (_, _, xs0, xs1, _), (_, _, os0, os1, _) = _layout(x), _layout(out)
     return _call(rotary_kernel, n, block_r,
                  {"x_ptr": (x, _ptr(x)), "pos_ptr": (positions, _ptr(positions)),

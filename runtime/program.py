@@ -9,11 +9,11 @@ whole paths; E1 makes the merged reads the bits of the whole), packs consecutive
 the smallest bucket that fits, runs the streams and returns, per instance, its answer object
 (runtime/answers.py) or `{"error": {...}}` (a read whose path alone is over the largest bucket is one).
 Two engines run a bound stream: on CUDA, `GraphEngine` fills the bucket's meta region on the host, copies it
-to the arena in one piece and replays the bucket's CUDA graph, captured at load from the recording's
-launches (runtime/buffers.py, runtime/launch.py; nothing is traced, compiled or tuned), then copies the
-logits to pinned host memory, all asynchronously on one CUDA stream: a call of several streams plans and
-binds stream i+1 while the device runs stream i. On the CPU, the reference executor runs the model graph
-(runtime/reference), one stream after the other. Imports torch, numpy, tokenizers, safetensors and
+to the arena in one piece and replays the bucket's CUDA graph, captured from the recording's launches at the
+bucket's first use (runtime/buffers.py, runtime/launch.py; nothing is traced, compiled or tuned), then
+copies the logits to pinned host memory, all asynchronously on one CUDA stream: a call of several streams
+plans and binds stream i+1 while the device runs stream i. On the CPU, the reference executor runs the model
+graph (runtime/reference), one stream after the other. Imports torch, numpy, tokenizers, safetensors and
 flidec.ir / flidec.runtime / flidec.models only (cuda.core lazily on the GPU path): never Triton, lark or
 the compiler's packages.
 """
@@ -135,13 +135,10 @@ class GraphEngine:
             self.launches[name] = tuple(self._resolve(name, plan, kernels))
             self.stages[name] = MetaStage(plan, pin=device.type == "cuda")
         self.stream = torch.cuda.current_stream(device) if device.type == "cuda" else None
+        # Each bucket's graph is captured at its first use, not at load: a capture costs ~0.2 s a bucket on
+        # the H200 (most of a 20-bucket load), and a server may never see most of its buckets.
+        self.capture = graphs
         self.graphs: dict[str, Any] = {}
-        if graphs:
-            for name in self.plans:
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph):
-                    self._launch_all(name)
-                self.graphs[name] = graph
 
     def _resolve(self, name: str, plan: RecordingPlan, kernels: Mapping[str, CompiledKernel]):
         for i, step in enumerate(plan.steps):
@@ -172,13 +169,23 @@ class GraphEngine:
         """Submit and wait: the stream's label logits on the host."""
         return self.submit(tree, bucket, stream).result()
 
+    def _graph(self, key: str) -> Any:
+        """The bucket's CUDA graph, captured now if this is its first use (the capture waits for the device)."""
+        graph = self.graphs.get(key)
+        if graph is None:
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                self._launch_all(key)
+            self.graphs[key] = graph
+        return graph
+
     def _enqueue(self, key: str, stream: Stream) -> torch.Tensor:
         """Fill the meta stage, copy it to the arena, replay; the logits' rows as a view of the arena."""
         stage = self.stages[key]
         stage.fill(stream.tokens, stream.meta)
         stage.copy_to(self.buffers.arena)
-        if key in self.graphs:
-            self.graphs[key].replay()
+        if self.capture:
+            self._graph(key).replay()
         else:
             self._launch_all(key)
         return self.buffers.output(self.plans[key])[: len(stream.meta.reads)]
@@ -525,8 +532,9 @@ def _padded(stream: Stream, rows: int) -> Stream:
 def load(artifact: str | Path, device: str | torch.device = "cuda", *, dtype: str | None = None,
          served_name: str | None = None, graphs: bool = True, launcher: Launcher | None = None) -> Program:
     """Load an artifact for `device`. CUDA: the artifact's target must be this GPU's (sm_XY) and complete;
-    its recordings become CUDA graphs (`graphs=False`: eager launches of the same kernels). CPU: the
-    reference executor in `dtype` (default fp32) runs any artifact's model. ArtifactError says why not."""
+    its recordings become CUDA graphs, each captured at its bucket's first use (`graphs=False`: eager launches
+    of the same kernels). CPU: the reference executor in `dtype` (default fp32) runs any artifact's model.
+    ArtifactError says why not."""
     directory = Path(artifact)
     device = torch.device(device)
     if device.type == "cuda":

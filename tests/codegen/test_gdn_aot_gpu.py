@@ -75,7 +75,7 @@ def layer(kernels, mixed: torch.Tensor, ab: torch.Tensor, weight, a_log, dt_bias
     items, tails, chunks = tables.items.cuda(), tables.tails.cuda(), tables.chunks.cuda()
     slots = slot_buffer(tables.num_slots, hv, d, d, "cuda")
     work = ChunkWork.empty(tables.num_chunks, spec, "cuda")
-    out = torch.full((rows, hv, d), float("nan"), dtype=torch.bfloat16, device="cuda")
+    out = torch.full((mixed.shape[0], hv, d), float("nan"), dtype=torch.bfloat16, device="cuda")
     for call in spec.calls(tables.num_chunks, tables.num_levels, tables.per_level, q, k, v, ab[:, :hv],
                            ab[:, hv:], a_log, dt_bias, items, tails, chunks, work, out, slots):
         launch_cubin(gdn[call.kernel], call.grid, *call.args)
