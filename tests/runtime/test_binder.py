@@ -107,6 +107,7 @@ TEXT = st.one_of(st.text(max_size=10), st.lists(ATOMS, max_size=6).map("".join))
 JSON = st.recursive(st.none() | st.integers() | TEXT,
                     lambda c: st.lists(c, max_size=3) | st.dictionaries(TEXT, c, max_size=2), max_leaves=5)
 STATE = TEXT | st.dictionaries(TEXT, JSON, max_size=3) | st.lists(JSON, max_size=3)
+INSTRUCTIONS = JSON.filter(lambda v: not isinstance(v, int))  # a string, object, array or null, as validated
 CHOICES = st.dictionaries(TEXT.filter(bool), TEXT | st.none(), min_size=2, max_size=4)
 
 
@@ -118,7 +119,7 @@ def planner_instances(draw) -> dict:
     def action():
         kind = {"criteria": draw(CHOICES)}
         if draw(st.booleans()):
-            kind["instructions"] = draw(TEXT | JSON)
+            kind["instructions"] = draw(INSTRUCTIONS)
         outcomes = [outcome() for _ in range(draw(st.integers(0, 2)))]
         return {"text": draw(TEXT), "kind": kind, "outcome": outcomes}
 
@@ -127,7 +128,7 @@ def planner_instances(draw) -> dict:
 
 
 QUESTION = st.one_of(
-    st.fixed_dictionaries({"type": st.just("noul")}, optional={"instructions": TEXT | JSON}),
+    st.fixed_dictionaries({"type": st.just("noul")}, optional={"instructions": INSTRUCTIONS}),
     st.fixed_dictionaries({"type": st.just("choice"), "criteria": CHOICES}),
     st.fixed_dictionaries({"type": st.just("score"), "criteria": st.lists(TEXT, min_size=2, max_size=3)},
                           optional={"instructions": TEXT}))
