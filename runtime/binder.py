@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from array import array
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -33,10 +33,48 @@ class AskPieceLike(Protocol):
     labels: tuple[int, ...]  # label token ids, in option order
 
 
+Part = tuple[int, ...] | str  # ids known already (constant text), or bound text still to tokenize
+
+
+@dataclass(frozen=True, slots=True)
+class Draft:
+    """A piece before tokenizing: its parts in order. A walker gathers the texts of all its drafts, has the
+    format tokenize them in one batch (`BindFormat.encode_texts`), then reads each draft's ids."""
+
+    parts: tuple[Part, ...]
+
+    def texts(self) -> Iterator[str]:
+        return (p for p in self.parts if isinstance(p, str))
+
+    def ids(self, encoded: Mapping[str, tuple[int, ...]]) -> tuple[int, ...]:
+        out: list[int] = []
+        for p in self.parts:
+            out += encoded[p] if isinstance(p, str) else p
+        return tuple(out)
+
+
+class AskDraftLike(Protocol):
+    """An ask's piece before tokenizing: its block as a draft; `piece` finishes it from the batch's ids."""
+
+    draft: Draft
+
+    def piece(self, encoded: Mapping[str, tuple[int, ...]]) -> AskPieceLike: ...
+
+
 class BindFormat(Protocol):
-    """What the binder needs from a format (paths name the node for errors, e.g. `action[3].judge`)."""
+    """What the binder needs from a format (paths name the node for errors, e.g. `action[3].judge`). The
+    `*_draft` forms and `encode_texts` let a walker tokenize all of an instance's bound text in one batch;
+    `root_piece`, `text_piece` and `ask_piece` are the same pieces, each tokenized on its own."""
 
     def count_tokens(self, text: str) -> int: ...
+
+    def encode_texts(self, texts: Iterable[str]) -> Mapping[str, tuple[int, ...]]: ...
+
+    def root_draft(self, state: object) -> Draft: ...
+
+    def text_draft(self, text: str, constant: bool) -> Draft: ...
+
+    def ask_draft(self, ask: Ask, question: Mapping[str, object] | None, path: str) -> AskDraftLike: ...
 
     def root_piece(self, state: object) -> tuple[int, ...]: ...
 

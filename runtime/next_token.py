@@ -17,13 +17,17 @@ regex holds a newline followed by non-whitespace, nothing composes with a newlin
 before a special token. Rendering rule that keeps it so: continuing and branch texts lose their leading
 whitespace, and a text that is then empty is left out together with its separator. The state stays as is
 (it shares its piece with the template prefix). User text never becomes special tokens (ChatTokenizer.encode).
+Tokenizing: a piece is first a Draft (ids the spec fixes, texts the instance binds). The runtime's walker
+(runtime/templates.py) tokenizes all the texts of an instance in one batch (`encode_texts`), a long text as
+runs cut at those same newlines (`_runs`) so that the batch spreads it over all cores; the ids are the
+text's, whole. `root_piece`, `text_piece` and `ask_piece` encode each text of one piece on its own.
 The one implementation: the runtime binds with it, flidec.runtime.next_token re-exports it.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -31,9 +35,11 @@ from flidec.ir.errors import Diagnostic, InstanceError, ModelError, SpecError
 from flidec.ir.instance import render_value
 from flidec.ir.tree import Ask, AskKind, Bound, ChoiceOptions, Fork, Node, NoulCriteria, ScoreLevels, Tree
 from flidec.runtime import answers_math as answers
+from flidec.runtime.binder import Draft
 from flidec.runtime.labels import LabelError, Labels, LabelTable
 
 SEP = "\n\n"
+RUN_CHARS = 1024  # a longer text is tokenized as runs of about this many characters (_runs)
 REPLY = {
     "choice": "Answer with the letter of one option only.",
     "noul": "Answer with yes or no only.",
@@ -58,6 +64,10 @@ class ChatTokenizer(Protocol):
         """Text taken literally (NFC, pre-tokenized, byte-level BPE): special-token spellings stay text."""
         ...
 
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        """`encode` of each text, in one call."""
+        ...
+
     def encode_template(self, text: str) -> list[int]:
         """Template text, in which special-token spellings are the special tokens."""
         ...
@@ -75,6 +85,20 @@ class AskPiece:
     kind: AskKind
     options: tuple[object, ...]  # choice: option names; score: levels as given (the legend); noul: ()
     label_texts: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AskDraft:
+    """An AskPiece before tokenizing: its block's draft (through the template suffix) and how to read it."""
+
+    draft: Draft
+    labels: tuple[int, ...]
+    kind: AskKind
+    options: tuple[object, ...]
+    label_texts: tuple[str, ...]
+
+    def piece(self, encoded: Mapping[str, tuple[int, ...]]) -> AskPiece:
+        return AskPiece(self.draft.ids(encoded), self.labels, self.kind, self.options, self.label_texts)
 
 
 def strip_text(text: str) -> str:
@@ -117,20 +141,42 @@ class NextTokenFormat:
         cut = max((m.end() for m in self._special_re.finditer(text)), default=0)
         return text[:cut], text[cut:]
 
-    def _encode(self, text: str, constant: bool) -> tuple[int, ...]:
-        if not constant:
-            return tuple(self._tok.encode(text))
+    def _constant(self, text: str) -> tuple[int, ...]:
         ids = self._const.get(text)
         if ids is None:
             ids = self._const[text] = tuple(self._tok.encode(text))
         return ids
 
+    def encode_texts(self, texts: Iterable[str]) -> dict[str, tuple[int, ...]]:
+        """The literal ids of each distinct text, from one batch of all their runs: one call into the
+        tokenizer (which encodes a batch on all cores) instead of one per text, and a long text's runs are
+        encoded side by side (a 5,000-token state: 23 runs)."""
+        unique = list(dict.fromkeys(texts))
+        runs = [_runs(text) for text in unique]
+        ids = iter(self._tok.encode_batch([r for rs in runs for r in rs]))
+        out = {}
+        for text, rs in zip(unique, runs):
+            whole: list[int] = []
+            for _ in rs:
+                whole += next(ids)
+            out[text] = tuple(whole)
+        return out
+
+    def _alone(self, texts: Iterable[str]) -> dict[str, tuple[int, ...]]:
+        """The texts of a piece asked for by itself, each encoded on its own (no batch, runs or threads): the
+        plain binder's way, which the walker's batches are checked against."""
+        return {text: tuple(self._tok.encode(text)) for text in texts}
+
     # -- pieces ----------------------------------------------------------------------------------------
     def count_tokens(self, text: str) -> int:
         return len(self._tok.encode(text))
 
+    def root_draft(self, state: object) -> Draft:
+        return Draft((self._header_ids, self._header_tail + render_value(state) + SEP))
+
     def root_piece(self, state: object) -> tuple[int, ...]:
-        return self._header_ids + tuple(self._tok.encode(self._header_tail + render_value(state) + SEP))
+        draft = self.root_draft(state)
+        return draft.ids(self._alone(draft.texts()))
 
     @property
     def root_head(self) -> tuple[int, ...]:
@@ -147,7 +193,7 @@ class NextTokenFormat:
         instr = None if bound_instr else ask.instructions
         out: list[tuple[int, ...] | None] = []
         if instr:
-            out.append(self._encode(f"Question: {instr}\n", True))
+            out.append(self._constant(f"Question: {instr}\n"))
         elif bound_instr:
             out.append(None)
         if len(ask.types) > 1 or isinstance(ask.criteria, Bound):
@@ -156,8 +202,8 @@ class NextTokenFormat:
             if not isinstance(ask.criteria, Bound):
                 q = _resolve(ask, None, ask.name)
                 lines = self._lines(q, self._labels(q, ask.name).texts)
-                out += [self._encode(line + "\n", True) for line, _ in lines[1 if instr else 0:-1]]
-            out.append(self._encode(REPLY[kind], True))
+                out += [self._constant(line + "\n") for line, _ in lines[1 if instr else 0:-1]]
+            out.append(self._constant(REPLY[kind]))
         out.append(self._footer_ids)
         merged: list[tuple[int, ...] | None] = []
         for entry in out:  # adjacent instance-filled runs are one run
@@ -165,22 +211,34 @@ class NextTokenFormat:
                 merged.append(entry)
         return tuple(merged)
 
-    def text_piece(self, text: str, constant: bool) -> tuple[int, ...]:
-        """A continuing or branch text and its separator; () when the text is left out."""
+    def text_draft(self, text: str, constant: bool) -> Draft:
+        """A continuing or branch text and its separator; no parts when the text is left out."""
         text = strip_text(text)
-        return self._encode(text + SEP, constant) if text else ()
+        if not text:
+            return Draft(())
+        return Draft((self._constant(text + SEP),) if constant else (text + SEP,))
 
-    def ask_piece(self, ask: Ask, question: Mapping[str, object] | None, path: str) -> AskPiece:
+    def text_piece(self, text: str, constant: bool) -> tuple[int, ...]:
+        draft = self.text_draft(text, constant)
+        return draft.ids(self._alone(draft.texts()))
+
+    def ask_draft(self, ask: Ask, question: Mapping[str, object] | None, path: str) -> AskDraft:
+        """The question block line by line (each line encoded on its own), then the template suffix."""
         q = _resolve(ask, question, path)
         labels = self._labels(q, path)
         lines = self._lines(q, labels.texts)
-        ids: list[int] = []
+        parts: list[tuple[int, ...] | str] = []
         for k, (line, constant) in enumerate(lines):
-            ids += self._encode(line if k == len(lines) - 1 else line + "\n", constant)
+            text = line if k == len(lines) - 1 else line + "\n"
+            parts.append(self._constant(text) if constant else text)
         opts = q.raw_options if q.kind != "noul" else ()
         if q.kind == "choice" and None in opts:  # undescribed options are named by their labels
             opts = labels.texts
-        return AskPiece(tuple(ids) + self._footer_ids, labels.ids, q.kind, opts, labels.texts)
+        return AskDraft(Draft((*parts, self._footer_ids)), labels.ids, q.kind, opts, labels.texts)
+
+    def ask_piece(self, ask: Ask, question: Mapping[str, object] | None, path: str) -> AskPiece:
+        draft = self.ask_draft(ask, question, path)
+        return draft.piece(self._alone(draft.draft.texts()))
 
     def prompt_text(self, state: object, texts: Sequence[str], ask: Ask, question: Mapping | None,
                     path: str) -> str:
@@ -245,6 +303,23 @@ class NextTokenFormat:
             lines.append((line, q.constant_options))
         lines.append((REPLY[q.kind], True))
         return lines
+
+
+def _runs(text: str) -> list[str]:
+    """`text` as runs of at least RUN_CHARS characters (the last may be shorter), each cut right after a
+    newline that a non-whitespace character follows: the cut every piece boundary is (module docstring), so
+    the runs' ids add up to the text's. A text with no such newline far enough in stays whole."""
+    runs, start = [], 0
+    while len(text) - start > RUN_CHARS:
+        cut = text.find("\n", start + RUN_CHARS - 1)
+        while cut >= 0 and (cut + 1 == len(text) or text[cut + 1].isspace()):
+            cut = text.find("\n", cut + 1)
+        if cut < 0:
+            break
+        runs.append(text[start : cut + 1])
+        start = cut + 1
+    runs.append(text[start:])
+    return runs
 
 
 def _asks(body: tuple[Node, ...]) -> list[Ask]:

@@ -5,7 +5,9 @@ fold_prompt_text and dedup_prefixes left it) and a BindFormat; produces the same
 plain binder does. Constant pieces come from the template as they are; slots are filled from the instance
 through the format (root/text/ask pieces, trimmed by the constant ids the template holds around them) and
 refused when over their compiled bound. A segment that binds to no tokens is dropped and its children hang
-off its parent (E3: the cut of a path never changes its bits). Packing and read order are the plain
+off its parent (E3: the cut of a path never changes its bits). An instance is walked in two steps: first
+its segments as drafts (constant ids and slots still to tokenize), then, after one batch tokenizes every
+bound text of the instance (BindFormat.encode_texts), the plan itself. Packing and read order are the plain
 binder's (runtime/binder.py), level by level, which is the layout passes/layout.py records. With
 verify=True every read's path ids are checked against the plain binder's (which checks the whole prompt).
 """
@@ -14,12 +16,22 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from flidec.ir.errors import InstanceError
 from flidec.ir.instance import takes_key, validate_instance
 from flidec.ir.template import Child, Repeat, SegmentTemplate, Slot, TreeTemplate, segments_preorder
 from flidec.ir.tree import Ask, Fork, Node, Tree
-from flidec.runtime.binder import AskPieceLike, BindFormat, Bound, Plan, Shape, Walker, bound_from_plans
+from flidec.runtime.binder import (
+    AskDraftLike,
+    BindFormat,
+    Bound,
+    Draft,
+    Plan,
+    Shape,
+    Walker,
+    bound_from_plans,
+)
 
 
 def ask_paths(tree: Tree) -> dict[str, Ask]:
@@ -37,40 +49,81 @@ def ask_paths(tree: Tree) -> dict[str, Ask]:
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class _Fill:
+    """A slot of one instance before tokenizing: its draft's ids less `head` and `tail` constant ids."""
+
+    draft: Draft
+    head: int
+    tail: int
+    max_tokens: int
+    path: str
+
+    def ids(self, encoded: Mapping[str, tuple[int, ...]]) -> tuple[int, ...]:
+        ids = self.draft.ids(encoded)
+        ids = ids[self.head : len(ids) - self.tail]
+        if len(ids) > self.max_tokens:
+            bound = self.max_tokens
+            raise InstanceError([f"{self.path}: {len(ids)} tokens, over the compiled bound of {bound}"])
+        return ids
+
+
+@dataclass
+class _Sketch:
+    """One instance's template segments before tokenizing, in walk order: each with its parent (an index
+    here, -1 for the root) and its pieces; each read with its segment and ask path."""
+
+    segments: list[tuple[int, list[tuple[int, ...] | _Fill]]] = field(default_factory=list)
+    reads: list[tuple[int, str]] = field(default_factory=list)
+
+    def texts(self) -> list[str]:
+        fills = [p for _, pieces in self.segments for p in pieces if isinstance(p, _Fill)]
+        return [t for f in fills for t in f.draft.texts()]
+
+
 class _TemplateWalker:
     def __init__(self, tree: Tree, template: TreeTemplate, fmt: BindFormat):
         self.tree, self.template, self.fmt = tree, template, fmt
         self.asks = ask_paths(tree)
 
     def plan(self, instance: Mapping) -> tuple[Plan, Shape]:
-        self.pieces: dict[str, AskPieceLike] = {}  # per instance: ask path -> its piece (slot and read)
-        plan, shape = Plan(), {}
-        self.segment(plan, self.template.root, -1, instance, shape, "", {})
+        self.drafts: dict[str, AskDraftLike] = {}  # per instance: ask path -> its draft (slot and read)
+        sketch, shape = _Sketch(), {}
+        self.segment(sketch, self.template.root, -1, instance, shape, "", {})
+        texts = sketch.texts() + [t for d in self.drafts.values() for t in d.draft.texts()]
+        encoded = self.fmt.encode_texts(texts)
+        pieces = {path: d.piece(encoded) for path, d in self.drafts.items()}
+        plan = Plan()
+        at: list[int] = []  # per sketch segment: its plan segment, or its parent's when it has no tokens
+        for parent, template_pieces in sketch.segments:
+            ids: list[int] = []
+            for p in template_pieces:
+                ids += p.ids(encoded) if isinstance(p, _Fill) else p
+            above = at[parent] if parent >= 0 else -1
+            at.append(plan.segment(ids, above) if ids else above)
+        plan.reads = [(at[seg], pieces[path], path) for seg, path in sketch.reads]
         return plan, shape
 
-    def segment(self, plan: Plan, s: SegmentTemplate, parent: int, obj: Mapping,
+    def segment(self, sketch: _Sketch, s: SegmentTemplate, parent: int, obj: Mapping,
                 shape: dict, prefix: str, questions: dict) -> None:
-        ids: list[int] = []
-        for p in s.pieces:
-            ids += p.ids if not isinstance(p, Slot) else self.fill(p, obj, prefix, questions)
-        cur = parent
-        if ids:
-            cur = plan.segment(ids, parent)
+        sketch.segments.append((parent, [self.fill(p, obj, prefix, questions) if isinstance(p, Slot) else p.ids
+                                         for p in s.pieces]))
+        cur = len(sketch.segments) - 1
         for r in s.reads:
             name = r.ask.rsplit(".", 1)[-1]
-            piece, path = self.piece(r.ask, obj, prefix, questions)
-            plan.reads.append((cur, piece, path))
+            path = self.draft(r.ask, obj, prefix, questions)[1]
+            sketch.reads.append((cur, path))
             if r.ask in questions:
-                shape.setdefault(name, {})[questions[r.ask][2]] = len(plan.reads) - 1
+                shape.setdefault(name, {})[questions[r.ask][2]] = len(sketch.reads) - 1
             else:
-                shape[name] = len(plan.reads) - 1
-        self.children(plan, s.children, cur, obj, shape, prefix, questions)
+                shape[name] = len(sketch.reads) - 1
+        self.children(sketch, s.children, cur, obj, shape, prefix, questions)
 
-    def children(self, plan: Plan, cs: tuple[Child, ...], parent: int, obj: Mapping,
+    def children(self, sketch: _Sketch, cs: tuple[Child, ...], parent: int, obj: Mapping,
                  shape: dict, prefix: str, questions: dict) -> None:
         for c in cs:
             if isinstance(c, SegmentTemplate):
-                self.segment(plan, c, parent, obj, shape, prefix, questions)
+                self.segment(sketch, c, parent, obj, shape, prefix, questions)
             elif c.kind == "fork":
                 shape[c.key] = []
                 for i, branch in enumerate(_get(obj, c.key, list, prefix + c.key)):
@@ -78,13 +131,13 @@ class _TemplateWalker:
                     if not isinstance(branch, Mapping):
                         raise InstanceError([f"{bpath}: a branch must be an object"])
                     shape[c.key].append({})
-                    self.children(plan, c.body, parent, branch, shape[c.key][-1], bpath + ".", questions)
+                    self.children(sketch, c.body, parent, branch, shape[c.key][-1], bpath + ".", questions)
             else:
                 shape[c.key] = {}
                 ask_path = self.ask_path(c, prefix)
                 for qid, q in _get(obj, c.key, Mapping, prefix + c.key).items():
                     qpath = f"{prefix}{c.key}[{json.dumps(qid, ensure_ascii=False)}]"
-                    self.children(plan, c.body, parent, obj, shape, prefix,
+                    self.children(sketch, c.body, parent, obj, shape, prefix,
                                   {**questions, ask_path: (q, qpath, qid)})
 
     def ask_path(self, rep: Repeat, prefix: str) -> str:
@@ -95,20 +148,17 @@ class _TemplateWalker:
                     return r.ask
         raise AssertionError(f"repeat {rep.key} has no read of its ask")
 
-    def fill(self, slot: Slot, obj: Mapping, prefix: str, questions: dict) -> tuple[int, ...]:
+    def fill(self, slot: Slot, obj: Mapping, prefix: str, questions: dict) -> _Fill:
         if slot.kind == "state":
-            ids, path = self.fmt.root_piece(obj[slot.key])[slot.head:], slot.key
-        elif slot.kind == "text":
+            return _Fill(self.fmt.root_draft(obj[slot.key]), slot.head, 0, slot.max_tokens, slot.key)
+        if slot.kind == "text":
             path = prefix + slot.key
-            ids = self.fmt.text_piece(_get(obj, slot.key, str, path), False)  # type: ignore[arg-type]
-        else:
-            piece, path = self.piece(slot.key, obj, prefix, questions)
-            ids = piece.ids[slot.head:len(piece.ids) - slot.tail]
-        if len(ids) > slot.max_tokens:
-            raise InstanceError([f"{path}: {len(ids)} tokens, over the compiled bound of {slot.max_tokens}"])
-        return tuple(ids)
+            draft = self.fmt.text_draft(_get(obj, slot.key, str, path), False)  # type: ignore[arg-type]
+            return _Fill(draft, 0, 0, slot.max_tokens, path)
+        ask, path = self.draft(slot.key, obj, prefix, questions)
+        return _Fill(ask.draft, slot.head, slot.tail, slot.max_tokens, path)
 
-    def piece(self, ask_path: str, obj: Mapping, prefix: str, questions: dict) -> tuple[AskPieceLike, str]:
+    def draft(self, ask_path: str, obj: Mapping, prefix: str, questions: dict) -> tuple[AskDraftLike, str]:
         ask = self.asks[ask_path]
         if ask_path in questions:
             question, path, _ = questions[ask_path]
@@ -117,9 +167,9 @@ class _TemplateWalker:
             question = _get(obj, ask.name, Mapping, path) if takes_key(ask) else None
         if question is not None and not isinstance(question, Mapping):
             raise InstanceError([f"{path}: a question must be an object"])
-        if path not in self.pieces:
-            self.pieces[path] = self.fmt.ask_piece(ask, question, path)
-        return self.pieces[path], path
+        if path not in self.drafts:
+            self.drafts[path] = self.fmt.ask_draft(ask, question, path)
+        return self.drafts[path], path
 
 
 def _get(obj: Mapping, key: str, kind: type, path: str) -> object:

@@ -4,6 +4,8 @@ tokenization for any text, label ids, constant-piece caching, and instance error
 from __future__ import annotations
 
 import json
+from itertools import pairwise
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -25,6 +27,7 @@ from flidec.ir.tree import (
     Tree,
 )
 from flidec.models.tokenizer import ChatPieces
+from flidec.runtime import next_token
 from flidec.runtime.next_token import NextTokenFormat
 
 NOUL = AskType("noul", Range(2, 2))
@@ -140,6 +143,38 @@ def test_pieces_add_up_to_the_whole_prompt(fmt: NextTokenFormat, qwen_tokenizer,
         assert list(whole) == qwen_tokenizer.encode_template(qwen_tokenizer.chat.render(text))
 
 
+PROSE = "".join(f"Line {i}: it's the {i}th line, über naïve 🙂.\n" + ("\n  indented\n" if i % 7 == 0 else "")
+                for i in range(600))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(ATOMS, max_size=60).map("".join), st.integers(1, 12))
+def test_runs_are_cut_after_a_newline_before_text(text, run_chars) -> None:
+    with mock.patch.object(next_token, "RUN_CHARS", run_chars):
+        runs = next_token._runs(text)
+    assert "".join(runs) == text
+    for run, after in pairwise(runs):
+        assert len(run) >= run_chars and run.endswith("\n") and not after[0].isspace()
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.lists(ATOMS, max_size=60).map("".join) | TEXT, max_size=5), st.integers(1, 12))
+def test_texts_tokenized_as_runs_have_their_whole_ids(fmt: NextTokenFormat, qwen_tokenizer, texts,
+                                                     run_chars) -> None:
+    with mock.patch.object(next_token, "RUN_CHARS", run_chars):  # short runs: every cut is exercised
+        got = fmt.encode_texts(texts)
+    assert got == {t: tuple(qwen_tokenizer.encode(t)) for t in texts}
+
+
+def test_a_long_text_is_cut_into_runs_with_its_whole_ids(fmt: NextTokenFormat, qwen_tokenizer) -> None:
+    texts = [PROSE, "no newline at all " * 400, "", "Question: which?\n"]
+    assert len(next_token._runs(PROSE)) > 10 and len(next_token._runs(texts[1])) == 1
+    assert fmt.encode_texts(texts) == {t: tuple(qwen_tokenizer.encode(t)) for t in texts}
+    root = fmt.root_draft(PROSE)  # as the template walker tokenizes it, against the whole prompt in one go
+    ids = root.ids(fmt.encode_texts(root.texts()))
+    assert fmt.prompt_ids(PROSE, [], ANY, {"type": "noul"}, "q")[: len(ids)] == ids == fmt.root_piece(PROSE)
+
+
 class _Counting:
     """A ChatTokenizer that counts its literal encodes."""
 
@@ -149,6 +184,9 @@ class _Counting:
     def encode(self, text: str) -> list[int]:
         self.calls += 1
         return self.inner.encode(text)
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return [self.encode(t) for t in texts]
 
     def encode_template(self, text: str) -> list[int]:
         return self.inner.encode_template(text)

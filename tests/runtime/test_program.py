@@ -16,9 +16,11 @@ from flidec.cli import main
 from flidec.frontend import load_spec
 from flidec.ir.errors import ArtifactError, InstanceError
 from flidec.run import Answerer, Summary
-from flidec.runtime.binder import bind
+from flidec.runtime.binder import Walker, bind
+from flidec.runtime.next_token import NextTokenFormat
 from flidec.runtime.program import load
 from flidec.runtime.serve import Server
+from flidec.runtime.templates import _check_paths, _TemplateWalker
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -81,6 +83,41 @@ def test_bad_rows_are_errors_in_place(program) -> None:
     assert results[1]["error"]["type"] == "InstanceError" and results[2]["error"]["type"] == "InstanceError"
     errors = program.label_logits(["not an object"])
     assert isinstance(errors[0], InstanceError)
+
+
+class _Batches:
+    """A ChatTokenizer that records each batch it is asked to encode."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.special_tokens, self.chat, self.batches = inner, inner.special_tokens, inner.chat, []
+
+    def encode(self, text: str) -> list[int]:
+        return self.inner.encode(text)
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        self.batches.append(list(texts))
+        return self.inner.encode_batch(texts)
+
+    def encode_template(self, text: str) -> list[int]:
+        return self.inner.encode_template(text)
+
+
+def test_an_instance_is_tokenized_in_one_batch(program, qwen_tokenizer) -> None:
+    """The template walker drafts every piece, then tokenizes all the instance's bound text in one call (the
+    long state as runs); the paths are the plain binder's, which tokenizes each piece on its own."""
+    t = program.tree()
+    tokenizer = _Batches(qwen_tokenizer)
+    fmt = NextTokenFormat(tokenizer)
+    choice = {"type": "choice", "instructions": "Which?", "criteria": {"x": "ex", "y": None}}
+    inst = {"state": "A state of many lines.\n" * 200,
+            "questions": {"a": {"type": "noul", "instructions": "Is it long?"}, "b": choice}}
+    plan, _ = _TemplateWalker(t.tree, t.program.template, fmt).plan(inst)
+    (batch,) = tokenizer.batches
+    lines = ["Question: Is it long?\n", "yes\n", "no\n", "Question: Which?\n", "A: x - ex\n", "B: y\n"]
+    assert batch[-len(lines):] == lines  # every bound line of both questions, each on its own
+    state = batch[: -len(lines)]
+    assert len(state) > 4 and "".join(state) == "user\n" + inst["state"] + "\n\n"  # the root text as runs
+    _check_paths(plan, Walker(t.tree, program.fmt, verify=True).plan(inst)[0])
 
 
 def test_cli_runs_an_artifact_like_a_spec(systemone_cpu_artifact, answerer, tmp_path) -> None:
