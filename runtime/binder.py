@@ -13,11 +13,12 @@ against its whole prompt tokenized in one go (E3 depends on that equality).
 from __future__ import annotations
 
 import json
-from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Protocol
 
+import numpy as np
 import torch
 
 from flidec.ir.errors import InstanceError
@@ -282,20 +283,22 @@ def _pack(plans: list[tuple[int, Plan]], rows: int | None) -> tuple[Stream, tupl
     entries.sort()
     index = {(k, j): n for n, (_, k, j) in enumerate(entries)}
     segments: list[Segment] = []
-    tokens = array("q")  # extended in place and handed to torch without a copy (~2x torch.tensor(list))
+    pieces: list[list[int]] = []
+    used = 0
     for level, k, j in entries:
         plan = plans[k][1]
         parent = plan.parents[j]
         pidx = index[k, parent] if parent >= 0 else -1
         pos0 = segments[pidx].end if pidx >= 0 else 0
         ids = plan.ids[j]
-        segments.append(Segment(start=len(tokens), length=len(ids), pos0=pos0, parent=pidx, level=level))
-        tokens.extend(ids)
-    used = len(tokens)
+        segments.append(Segment(start=used, length=len(ids), pos0=pos0, parent=pidx, level=level))
+        pieces.append(ids)
+        used += len(ids)
     num_rows = used if rows is None else rows
     if num_rows < used:
         raise ValueError(f"the instances need {used} rows, more than the {rows} asked for")
-    tokens.extend([0] * (num_rows - used))
+    tokens = np.zeros(num_rows, dtype=np.int64)  # handed to torch without a copy
+    tokens[:used] = np.fromiter(chain.from_iterable(pieces), dtype=np.int64, count=used)  # ~2x array.extend
     reads, sites, lengths = [], [], []
     for k, (i, plan) in enumerate(plans):
         for seg, piece, path in plan.reads:
@@ -304,8 +307,7 @@ def _pack(plans: list[tuple[int, Plan]], rows: int | None) -> tuple[Stream, tupl
             sites.append(Site(i, path, piece))
             lengths.append(s.end)
     meta = build_meta(tuple(segments), tuple(reads), num_rows)
-    return Stream(torch.frombuffer(tokens, dtype=torch.int64) if tokens else torch.zeros(0, dtype=torch.int64),
-                  meta), tuple(sites), lengths
+    return Stream(torch.from_numpy(tokens), meta), tuple(sites), lengths
 
 
 def plain_streams(bound: Bound) -> tuple[Stream, ...]:

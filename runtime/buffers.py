@@ -176,7 +176,12 @@ class MetaStage:
         self.hosts = tuple(torch.zeros(self.hi - self.lo, dtype=torch.uint8, pin_memory=pin) for _ in range(2))
         self.copied: list[Any] = [None, None]  # per host buffer: the event after its last copy (CUDA)
         self.current = 0
-        self.requests = tuple(FillRequest(b.name, b.fill, b.shape) for b in plan.meta)
+        self.buffers = plan.meta
+        self.requests = tuple(FillRequest(b.name, b.fill, b.shape) for b in self.buffers)
+        # per host buffer, each meta buffer's bytes in it as a tensor of the buffer's dtype and shape: made once
+        # here, so that a fill only copies
+        self.views = tuple(tuple(host[b.offset - self.lo : b.offset - self.lo + b.nbytes].view(b.torch_dtype)
+                                 .view(b.shape) for b in self.buffers) for host in self.hosts)
 
     @property
     def host(self) -> torch.Tensor:
@@ -186,7 +191,7 @@ class MetaStage:
     def fill(self, tokens: torch.Tensor, meta: StreamMeta) -> None:
         """Write one stream's tables into the next host buffer (ValueError when the stream does not fit)."""
         tables = fill_meta(self.requests, tokens, meta, self.plan.bucket)
-        for b in self.plan.meta:
+        for b in self.buffers:
             value = tables[b.name]
             if tuple(value.shape) != b.shape:
                 raise ValueError(f"meta buffer {b.name}: the {b.fill} rule gave {list(value.shape)}, the "
@@ -195,10 +200,8 @@ class MetaStage:
         if self.copied[k] is not None:
             self.copied[k].synchronize()  # its last copy has been read by the device
             self.copied[k] = None
-        host = self.hosts[k]
-        for b in self.plan.meta:
-            start = b.offset - self.lo
-            host[start : start + b.nbytes].view(b.torch_dtype).copy_(tables[b.name].reshape(-1))
+        for b, view in zip(self.buffers, self.views[k]):
+            view.copy_(tables[b.name])
         self.current = k
 
     def copy_to(self, arena: torch.Tensor) -> None:

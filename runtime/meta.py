@@ -10,8 +10,10 @@ so every ancestor segment is a whole prefix of a child's path.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+import numpy as np
 import torch
 
 CHUNK = 64  # Gated DeltaNet chunk length, aligned to absolute (logical) positions: E3 depends on it
@@ -97,36 +99,66 @@ def check_segments(segments: tuple[Segment, ...], num_rows: int) -> None:
     assert covered <= num_rows
 
 
+def _rows_before(segments: tuple[Segment, ...], seg: int, lo: int) -> list[int]:
+    """Stream rows of the logical positions [lo, pos0) on the path that ends in segment `seg`: its
+    ancestors' rows, oldest first (a range of rows per ancestor: each ancestor ends where the next begins)."""
+    ranges = []
+    s = segments[seg]
+    hi = s.pos0
+    while hi > lo:
+        s = segments[s.parent]
+        a = max(lo, s.pos0)
+        ranges.append(range(s.start + a - s.pos0, s.start + hi - s.pos0))
+        hi = a
+    return [r for rs in reversed(ranges) for r in rs]
+
+
+def path_chains(ancestors: Sequence[tuple[int, ...]], depth: int) -> np.ndarray:
+    """[segments, depth] int64: each segment's path (its ancestors root first, then itself), -1 after it."""
+    chain = np.full((len(ancestors), depth), -1, dtype=np.int64)
+    for i, a in enumerate(ancestors):
+        chain[i, : len(a) + 1] = (*a, i)
+    return chain
+
+
 def build_meta(segments: tuple[Segment, ...], reads: tuple[Read, ...], num_rows: int) -> StreamMeta:
-    """Derive the full meta of a stream of `num_rows` rows (rows outside every segment are padding)."""
+    """Derive the full meta of a stream of `num_rows` rows (rows outside every segment are padding).
+    Per-row tables are numpy expressions over all segments at once; only the few rows per segment that
+    reach back into its ancestors (conv taps, the GDN tail) are looked up segment by segment."""
     segments = tuple(segments)
     check_segments(segments, num_rows)
-    positions = torch.zeros(num_rows, dtype=torch.int64)
-    segment_ids = torch.full((num_rows,), -1, dtype=torch.int64)
-    conv_prev = torch.full((num_rows, CONV_TAPS - 1), -1, dtype=torch.int64)
-
     ancestors: list[tuple[int, ...]] = []
     for s in segments:
         ancestors.append(() if s.parent < 0 else ancestors[s.parent] + (s.parent,))
-
     depth = 1 + max((len(a) for a in ancestors), default=0)
-    key_ranges = torch.zeros(len(segments), depth, 2, dtype=torch.int64)
-    for i, s in enumerate(segments):
-        chain = ancestors[i] + (i,)
-        for d, a in enumerate(chain):
-            key_ranges[i, d, 0] = segments[a].start
-            key_ranges[i, d, 1] = segments[a].start + segments[a].length
-        rows = torch.arange(s.start, s.start + s.length)
-        positions[rows] = torch.arange(s.pos0, s.end)
-        segment_ids[rows] = i
-        for k in range(1, CONV_TAPS):
-            col = CONV_TAPS - 1 - k
-            # k or more rows into the segment, position p - k is k rows back in the segment itself
-            if s.length > k:
-                conv_prev[s.start + k : s.start + s.length, col] = torch.arange(s.start, s.start + s.length - k)
-            for r in range(min(k, s.length)):  # the first rows reach back into the ancestors
-                if s.pos0 + r - k >= 0:
-                    conv_prev[s.start + r, col] = path_row(segments, i, s.pos0 + r - k)
+    starts = np.array([s.start for s in segments], dtype=np.int64)
+    lengths = np.array([s.length for s in segments], dtype=np.int64)
+
+    # every segment row: its stream row, its segment and its offset in the segment
+    seg_of = np.repeat(np.arange(len(segments), dtype=np.int64), lengths)
+    offset = np.arange(len(seg_of), dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    rows = starts[seg_of] + offset
+    positions = np.zeros(num_rows, dtype=np.int64)
+    positions[rows] = np.array([s.pos0 for s in segments], dtype=np.int64)[seg_of] + offset
+    segment_ids = np.full(num_rows, -1, dtype=np.int64)
+    segment_ids[rows] = seg_of
+    conv_prev = np.full((num_rows, CONV_TAPS - 1), -1, dtype=np.int64)
+    for k in range(1, CONV_TAPS):  # k or more rows into its segment, position p - k is k rows back in it
+        inside = offset >= k
+        conv_prev[rows[inside], CONV_TAPS - 1 - k] = rows[inside] - k
+    for i, s in enumerate(segments):  # a segment's first rows reach back into its ancestors
+        if s.length > 0 and s.pos0 > 0:
+            back = _rows_before(segments, i, max(0, s.pos0 - (CONV_TAPS - 1)))  # the positions before pos0
+            for r in range(min(CONV_TAPS - 1, s.length)):
+                for k in range(r + 1, min(CONV_TAPS, r + len(back) + 1)):  # p - k < pos0, and p - k >= 0
+                    conv_prev[s.start + r, CONV_TAPS - 1 - k] = back[r - k]
+
+    # key_ranges: the row range of each segment on the path, root first, then zeros
+    chain = path_chains(ancestors, depth)
+    key_ranges = np.zeros((len(segments), depth, 2), dtype=np.int64)
+    on = chain >= 0
+    key_ranges[on, 0] = starts[chain[on]]
+    key_ranges[on, 1] = starts[chain[on]] + lengths[chain[on]]
 
     chunk0, src, tail = [], [], []
     for i, s in enumerate(segments):
@@ -139,31 +171,33 @@ def build_meta(segments: tuple[Segment, ...], reads: tuple[Read, ...], num_rows:
         assert owner >= 0 or b == 0
         chunk0.append(b)
         src.append(owner)
-        tail.append(tuple(path_row(segments, i, p) for p in range(b, s.pos0)) if s.parent >= 0 else ())
+        tail.append(tuple(_rows_before(segments, i, b)) if s.parent >= 0 else ())
 
     levels: dict[int, list[int]] = {}
     for i, s in enumerate(segments):
         levels.setdefault(s.level, []).append(i)
 
-    lmax = max((len(r.labels) for r in reads), default=0)
-    read_labels = torch.zeros(len(reads), max(lmax, 1), dtype=torch.int64)
-    for j, r in enumerate(reads):
-        assert 0 <= r.row < num_rows and segment_ids[r.row] >= 0, f"read {j} is not on a segment row"
-        read_labels[j, : len(r.labels)] = torch.tensor(r.labels, dtype=torch.int64)
+    read_rows = np.array([r.row for r in reads], dtype=np.int64)
+    on_segment = (read_rows >= 0) & (read_rows < num_rows)  # in the stream, and then on a segment's row
+    on_segment[on_segment] = segment_ids[read_rows[on_segment]] >= 0
+    assert on_segment.all(), f"read {np.flatnonzero(~on_segment)[0]} is not on a segment row"
+    width = max(1, max((len(r.labels) for r in reads), default=0))
+    read_labels = torch.tensor([[*r.labels] + [0] * (width - len(r.labels)) for r in reads],
+                               dtype=torch.int64).reshape(len(reads), width)
 
     return StreamMeta(
         segments=segments,
         reads=tuple(reads),
         levels=tuple(tuple(levels[k]) for k in sorted(levels)),
         ancestors=tuple(ancestors),
-        positions=positions,
-        segment_ids=segment_ids,
-        key_ranges=key_ranges,
-        conv_prev=conv_prev,
+        positions=torch.from_numpy(positions),
+        segment_ids=torch.from_numpy(segment_ids),
+        key_ranges=torch.from_numpy(key_ranges),
+        conv_prev=torch.from_numpy(conv_prev),
         gdn_chunk0=tuple(chunk0),
         gdn_src=tuple(src),
         gdn_tail=tuple(tail),
-        read_rows=torch.tensor([r.row for r in reads], dtype=torch.int64),
+        read_rows=torch.from_numpy(read_rows),
         read_labels=read_labels,
         read_nlabels=torch.tensor([len(r.labels) for r in reads], dtype=torch.int64),
     )

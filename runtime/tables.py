@@ -9,7 +9,7 @@ the bucket's fixed sizes, so one recorded launch sequence (a CUDA graph) replays
 A recording names each meta buffer's rule in its `fill` field ("query_tiles(block_m=64)",
 "gdn_items(per_level=8,slots=8,chunks=24)"); `fill_meta` applies the rules. This is the one implementation: the
 kernels' launchers (codegen/), the recording player and the graph passes import it from here, so the
-runtime fills exactly what codegen's player fills, and imports nothing but torch and flidec.ir/runtime.
+runtime fills exactly what codegen's player fills, and imports nothing but torch, numpy and flidec.ir/runtime.
 Relies on the segment-tree property of StreamMeta (runtime/meta.py): along a path the levels' first
 positions ascend, a child begins at its parent's end, and a descendant starting from a segment's recurrent
 state starts at the boundary floor(end / CHUNK) * CHUNK of that segment (so one slot per segment suffices).
@@ -20,10 +20,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from flidec.ir.program import Bucket
-from flidec.runtime.meta import CHUNK, CONV_TAPS, StreamMeta
+from flidec.runtime.meta import CHUNK, CONV_TAPS, StreamMeta, path_chains
 
 # ---- the static meta buffers of a lowered graph ---------------------------------------------------------------
 
@@ -99,19 +100,23 @@ def max_query_tiles(num_rows: int, num_segments: int, block_m: int) -> int:
 def query_tiles(meta: StreamMeta, block_m: int, num_tiles: int | None = None) -> torch.Tensor:
     """[num_tiles, 4] int32 rows (segment, row0, pos0, count): `count` queries of `segment` from logical
     position `pos0` at stream row `row0`, inside the aligned tile [pos0 - pos0 % block_m, + block_m)."""
-    rows: list[tuple[int, int, int, int]] = []
-    for i, s in enumerate(meta.segments):
-        pos = s.pos0
-        while pos < s.end:
-            tile_end = (pos // block_m + 1) * block_m
-            count = min(tile_end, s.end) - pos
-            rows.append((i, s.start + pos - s.pos0, pos, count))
-            pos += count
-    if num_tiles is not None:
-        if len(rows) > num_tiles:
-            raise ValueError(f"stream needs {len(rows)} query tiles, the table holds {num_tiles}")
-        rows += [(0, 0, 0, 0)] * (num_tiles - len(rows))
-    return torch.tensor(rows, dtype=torch.int32).reshape(-1, len(TILE_FIELDS))
+    segs = [(i, s.start, s.pos0, s.end) for i, s in enumerate(meta.segments) if s.length > 0]
+    index, start, pos0, end = np.array(segs, dtype=np.int64).reshape(-1, 4).T
+    first = pos0 // block_m
+    count = (end - 1) // block_m - first + 1  # tiles per segment
+    k = np.arange(count.sum()) - np.repeat(np.cumsum(count) - count, count)  # a tile's index in its segment
+    tile = np.repeat(first, count) + k
+    lo = np.maximum(tile * block_m, np.repeat(pos0, count))
+    hi = np.minimum((tile + 1) * block_m, np.repeat(end, count))
+    need = len(tile)
+    if num_tiles is not None and need > num_tiles:
+        raise ValueError(f"stream needs {need} query tiles, the table holds {num_tiles}")
+    rows = np.zeros((need if num_tiles is None else num_tiles, len(TILE_FIELDS)), dtype=np.int32)
+    rows[:need, 0] = np.repeat(index, count)
+    rows[:need, 1] = np.repeat(start - pos0, count) + lo
+    rows[:need, 2] = lo
+    rows[:need, 3] = hi - lo
+    return torch.from_numpy(rows)
 
 
 def path_depth(meta: StreamMeta) -> int:
@@ -129,13 +134,13 @@ def path_levels(meta: StreamMeta, depth: int | None = None, num_segments: int | 
     if need > depth or len(meta.segments) > num_segments:
         raise ValueError(f"stream needs depth {need} and {len(meta.segments)} segments, "
                          f"the table holds depth {depth} and {num_segments} segments")
-    levels = torch.zeros(num_segments, depth, 2, dtype=torch.int32)
+    levels = np.zeros((num_segments, depth, 2), dtype=np.int32)
     levels[:, :, 1] = POS_NONE
-    for i, chain in enumerate(meta.ancestors):
-        for d, a in enumerate(chain + (i,)):
-            levels[i, d, 0] = meta.segments[a].start
-            levels[i, d, 1] = meta.segments[a].pos0
-    return levels
+    chain = path_chains(meta.ancestors, depth)
+    on = chain >= 0
+    firsts = np.array([(s.start, s.pos0) for s in meta.segments], dtype=np.int32).reshape(-1, 2)
+    levels[: len(chain)][on] = firsts[chain[on]]
+    return torch.from_numpy(levels)
 
 
 # ---- forked Gated DeltaNet and fork conv -------------------------------------------------------------------
@@ -182,11 +187,9 @@ def max_chunks(rows: int, segments: int) -> int:
 
 def state_slots(meta: StreamMeta) -> dict[int, int]:
     """Slot of each segment whose state at floor(end / CHUNK) * CHUNK some descendant starts from."""
-    sources = sorted({src for src in meta.gdn_src if src >= 0})
-    for s in sources:
-        seg = meta.segments[s]
-        assert all(b == seg.end // CHUNK * CHUNK for src, b in zip(meta.gdn_src, meta.gdn_chunk0) if src == s)
-    return {s: i for i, s in enumerate(sources)}
+    for src, b in zip(meta.gdn_src, meta.gdn_chunk0):
+        assert src < 0 or b == meta.segments[src].end // CHUNK * CHUNK
+    return {s: i for i, s in enumerate(sorted({src for src in meta.gdn_src if src >= 0}))}
 
 
 def gdn_tables(meta: StreamMeta, levels: int | None = None, per_level: int | None = None,
@@ -208,25 +211,28 @@ def gdn_tables(meta: StreamMeta, levels: int | None = None, per_level: int | Non
         raise ValueError(f"stream needs {len(by_level)} levels of up to {max(map(len, by_level), default=0)} "
                          f"segments, {len(slots)} state slots and {needed} chunks; the tables hold {levels} "
                          f"levels of {per_level}, {num_slots} slots and {num_chunks} chunks")
-    items = torch.zeros(levels * per_level, len(ITEM_FIELDS), dtype=torch.int32)
+    items = np.zeros((levels * per_level, len(ITEM_FIELDS)), dtype=np.int32)
     items[:, ITEM_FIELDS.index("src")] = -1
     items[:, ITEM_FIELDS.index("dst")] = -1
-    tails = torch.full((levels * per_level, CHUNK), -1, dtype=torch.int32)
-    chunks = torch.zeros(num_chunks, 2, dtype=torch.int32)
+    tails = np.full((levels * per_level, CHUNK), -1, dtype=np.int32)
+    chunks = np.zeros((num_chunks, 2), dtype=np.int32)
     chunks[:, 0] = -1
-    first = 0
-    for lvl, segs in enumerate(by_level):
-        for j, s in enumerate(segs):
-            seg, tail = meta.segments[s], meta.gdn_tail[s]
-            src = meta.gdn_src[s]
-            i = lvl * per_level + j
-            items[i] = torch.tensor([s, seg.start, seg.length, meta.gdn_chunk0[s], len(tail),
-                                     -1 if src < 0 else slots[src], slots.get(s, -1), first], dtype=torch.int32)
-            tails[i, : len(tail)] = torch.tensor(tail, dtype=torch.int32)
-            chunks[first : first + spans[s], 0] = i
-            chunks[first : first + spans[s], 1] = torch.arange(spans[s], dtype=torch.int32)
-            first += spans[s]
-    return GdnTables(items=items, tails=tails, chunks=chunks, per_level=per_level, num_slots=num_slots)
+    # (item row, segment) of every item, level by level
+    at = [(lvl * per_level + j, s) for lvl, segs in enumerate(by_level) for j, s in enumerate(segs)]
+    span = np.array([spans[s] for _, s in at], dtype=np.int64)
+    first = np.cumsum(span) - span  # each item's first chunk slot: the items' chunks in item order
+    fields = []
+    for (i, s), f in zip(at, first.tolist()):
+        seg, tail, src = meta.segments[s], meta.gdn_tail[s], meta.gdn_src[s]
+        fields.append((s, seg.start, seg.length, meta.gdn_chunk0[s], len(tail), -1 if src < 0 else slots[src],
+                       slots.get(s, -1), f))
+        tails[i, : len(tail)] = tail
+    item = np.array([i for i, _ in at], dtype=np.int64)
+    items[item] = np.array(fields, dtype=np.int32).reshape(-1, len(ITEM_FIELDS))
+    chunks[:needed, 0] = np.repeat(item, span)
+    chunks[:needed, 1] = np.arange(needed) - np.repeat(first, span)
+    return GdnTables(items=torch.from_numpy(items), tails=torch.from_numpy(tails),
+                     chunks=torch.from_numpy(chunks), per_level=per_level, num_slots=num_slots)
 
 
 def conv_taps(meta: StreamMeta, rows: int | None = None) -> torch.Tensor:

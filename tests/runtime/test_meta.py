@@ -1,7 +1,10 @@
-"""build_meta: the stream structure every fork op reads, checked on small hand-made forests."""
+"""build_meta: the stream structure every fork op reads, checked on small hand-made forests and, row by row
+against its definition (path_row), on random ones."""
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from flidec.runtime.meta import (
     CHUNK,
@@ -125,3 +128,61 @@ def test_linear_stream_is_one_root():
     assert s.tokens.tolist() == [5, 6, 7, 8]
     assert len(s.meta.segments) == 1 and s.meta.read_rows.tolist() == [3]
     assert torch.equal(s.meta.positions, torch.arange(4))
+
+
+@st.composite
+def streams(draw) -> tuple[tuple[Segment, ...], tuple[Read, ...], int]:
+    """Random forests in a random row order with padding between segments, and reads on segment rows."""
+    n = draw(st.integers(1, 10))
+    parents = [-1] + [draw(st.integers(-1, i - 1)) for i in range(1, n)]
+    lengths = [draw(st.sampled_from([0, 1, 2, 3, 63, 64, 65]) | st.integers(0, 150)) for _ in range(n)]
+    pos0, level = [0] * n, [0] * n
+    for i, p in enumerate(parents):
+        if p >= 0:
+            pos0[i], level[i] = pos0[p] + lengths[p], level[p] + 1
+    starts, row = [0] * n, 0
+    for i in draw(st.permutations(range(n))):
+        row += draw(st.integers(0, 3))
+        starts[i] = row
+        row += lengths[i]
+    segs = tuple(Segment(starts[i], lengths[i], pos0[i], parents[i], level[i]) for i in range(n))
+    on = [s.start + k for s in segs for k in range(s.length)]
+    rows = draw(st.lists(st.sampled_from(on), max_size=5)) if on else []
+    reads = tuple(Read(r, tuple(draw(st.lists(st.integers(0, 9999), max_size=4)))) for r in rows)
+    return segs, reads, row + draw(st.integers(0, 3))
+
+
+@settings(max_examples=200, deadline=None)
+@given(streams())
+def test_meta_is_its_definition_row_by_row(stream) -> None:
+    segs, reads, num_rows = stream
+    meta = build_meta(segs, reads, num_rows)
+    positions, segment_ids = [0] * num_rows, [-1] * num_rows
+    conv_prev = [[-1] * (CONV_TAPS - 1)] * num_rows
+    for i, s in enumerate(segs):
+        for r in range(s.length):
+            p = s.pos0 + r
+            positions[s.start + r], segment_ids[s.start + r] = p, i
+            taps = [p - k for k in range(CONV_TAPS - 1, 0, -1)]
+            conv_prev[s.start + r] = [path_row(segs, i, q) if q >= 0 else -1 for q in taps]
+    assert torch.equal(meta.positions, torch.tensor(positions, dtype=torch.int64))
+    assert torch.equal(meta.segment_ids, torch.tensor(segment_ids, dtype=torch.int64))
+    want = torch.tensor(conv_prev, dtype=torch.int64).view(num_rows, CONV_TAPS - 1)
+    assert torch.equal(meta.conv_prev, want)
+    depth = meta.key_ranges.shape[1]
+    for i, s in enumerate(segs):
+        path = (*meta.ancestors[i], i)
+        want = [[segs[a].start, segs[a].start + segs[a].length] for a in path] + [[0, 0]] * (depth - len(path))
+        assert meta.key_ranges[i].tolist() == want
+        tail = tuple(path_row(segs, i, p) for p in range(meta.gdn_chunk0[i], s.pos0))
+        assert meta.gdn_tail[i] == (tail if s.parent >= 0 else ())
+    width = max([1] + [len(r.labels) for r in reads])
+    labels = [[*r.labels] + [0] * (width - len(r.labels)) for r in reads]
+    assert torch.equal(meta.read_labels, torch.tensor(labels, dtype=torch.int64).view(len(reads), width))
+    assert meta.read_rows.tolist() == [r.row for r in reads] and meta.read_rows.dtype == torch.int64
+    assert meta.read_nlabels.tolist() == [len(r.labels) for r in reads]
+
+
+def test_a_read_off_every_segment_is_refused():
+    with pytest.raises(AssertionError, match="read 1 is not on a segment row"):
+        build_meta(forest(), (Read(0, (1,)), Read(147, (2,)), Read(500, ())), 160)

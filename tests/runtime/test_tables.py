@@ -1,4 +1,5 @@
-"""The host tables of the fork kernels: query tiles and path levels, on random segment forests."""
+"""The host tables of the fork kernels: query tiles and path levels on random segment forests, and every table
+against its element-by-element definition (the loops the array code replaces)."""
 
 from __future__ import annotations
 
@@ -74,3 +75,62 @@ def test_tables_pad_to_a_bucket_and_refuse_to_overflow_it() -> None:
         tables.query_tiles(meta, 64, num_tiles=2)
     with pytest.raises(ValueError, match="needs depth 2"):
         tables.path_levels(meta, depth=1)
+
+
+# ---- the tables, element by element: what the array code must equal -------------------------------------------
+
+
+def _query_tiles(meta: StreamMeta, block_m: int, num_tiles: int) -> list[list[int]]:
+    rows = []
+    for i, s in enumerate(meta.segments):
+        pos = s.pos0
+        while pos < s.end:
+            count = min((pos // block_m + 1) * block_m, s.end) - pos
+            rows.append([i, s.start + pos - s.pos0, pos, count])
+            pos += count
+    return rows + [[0, 0, 0, 0]] * (num_tiles - len(rows))
+
+
+def _path_levels(meta: StreamMeta, depth: int, num_segments: int) -> list:
+    levels = [[[0, tables.POS_NONE]] * depth for _ in range(num_segments)]
+    for i, chain in enumerate(meta.ancestors):
+        for d, a in enumerate((*chain, i)):
+            levels[i][d] = [meta.segments[a].start, meta.segments[a].pos0]
+    return levels
+
+
+def _gdn_tables(meta: StreamMeta, per_level: int, num_chunks: int) -> tuple[list, list, list]:
+    slots = tables.state_slots(meta)
+    items = [[0, 0, 0, 0, 0, -1, -1, 0] for _ in range(len(meta.levels) * per_level)]
+    tails = [[-1] * 64 for _ in items]
+    chunks = [[-1, 0] for _ in range(num_chunks)]
+    first = 0
+    for lvl, level in enumerate(meta.levels):
+        for j, s in enumerate(k for k in level if meta.segments[k].length > 0):
+            seg, tail, src = meta.segments[s], meta.gdn_tail[s], meta.gdn_src[s]
+            i = lvl * per_level + j
+            items[i] = [s, seg.start, seg.length, meta.gdn_chunk0[s], len(tail), slots.get(src, -1),
+                        slots.get(s, -1), first]
+            tails[i][: len(tail)] = tail
+            span = -(-(len(tail) + seg.length) // 64)
+            chunks[first : first + span] = [[i, c] for c in range(span)]
+            first += span
+    return items, tails, chunks
+
+
+@settings(max_examples=100, deadline=None)
+@given(forests(), st.sampled_from([16, 64]), st.integers(0, 3))
+def test_tables_are_their_element_by_element_definitions(meta: StreamMeta, block_m: int, spare: int) -> None:
+    n, depth = len(meta.segments), tables.path_depth(meta)
+    num_tiles = tables.max_query_tiles(meta.num_rows, n, block_m) + spare
+    t = tables.query_tiles(meta, block_m, num_tiles)
+    assert t.dtype == torch.int32 and t.tolist() == _query_tiles(meta, block_m, num_tiles)
+    assert tables.query_tiles(meta, block_m).tolist() == [r for r in _query_tiles(meta, block_m, 0) if r[3]]
+    levels = tables.path_levels(meta, depth + spare, n + spare)
+    assert levels.dtype == torch.int32 and levels.tolist() == _path_levels(meta, depth + spare, n + spare)
+    per_level = max(len(level) for level in meta.levels) + spare
+    num_chunks = tables.max_chunks(meta.num_rows, n) + spare
+    g = tables.gdn_tables(meta, len(meta.levels), per_level, n, num_chunks)
+    items, tails, chunks = _gdn_tables(meta, per_level, num_chunks)
+    assert (g.items.tolist(), g.tails.tolist(), g.chunks.tolist()) == (items, tails, chunks)
+    assert g.items.dtype == g.tails.dtype == g.chunks.dtype == torch.int32
