@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from math import gcd
 from pathlib import Path
 
 from demo_data import KINDS
@@ -13,8 +14,8 @@ def card(results: dict) -> str:
     verdict = "meets" if ev["passed"] else "does NOT meet"
     return f"""# flidec demo model (a demo, not a general-purpose model)
 
-A {run['parameters'] / 1e6:.1f}M-parameter Qwen3.5-architecture decision model (Gated DeltaNet + gated
-attention, 3:1; hidden {run['size']['hidden']}, {run['size']['layers']} layers, tied embeddings, bf16 weights) with
+A {run['parameters'] / 1e6:.1f}M-parameter Qwen3.5-architecture decision model ({layers(run)}; hidden
+{run['size']['hidden']}, {run['size']['layers']} layers, tied embeddings, bf16 weights) with
 its own {run['vocab_size']}-token byte-level BPE tokenizer, trained from scratch by `tools/train_demo.py` so
 that flidec works out of the box with no network and no GPU. It answers System One questions (yes/no
 "noul", choice among 2-26 options, score on 3-10 levels) about five kinds of synthetic state only: support
@@ -35,7 +36,7 @@ format (`examples/systemone.flide`), exactly as flidec reads the model.
 ({run['examples_seen']} requests seen) in {run['train_seconds']:.0f} s on {run['device_name']}, AdamW with
 a time-based cosine schedule, loss: cross-entropy of the label token over the ask's labels
 plus {run['pointer_weight']} x a training-only option pointer (not shipped){f" plus {run['lm_weight']} x next-token loss on the prompt" if run['lm_weight'] else ''}; transformers'
-torch path for the recurrent layers, bf16 autocast.{curriculum(run)}
+torch path for the recurrent layers, bf16 autocast.{curriculum(run)}{mix(results)}
 
 ## Held-out scores ({ev['examples']} requests, seed {run['eval_seed']}, bf16 weights read in float32)
 | metric | value | bar |
@@ -50,6 +51,35 @@ changed under reshuffling on {100 * ev['order_flips']:.1f}% of choices. The mode
 
 Reproduce: `{run['command']}`
 """
+
+
+def layers(run: dict) -> str:
+    """The layer mix, from the layer_types the run saved (runs before --layer-pattern: the 3:1 pattern)."""
+    types = run.get("layer_types")
+    pattern = run.get("layer_pattern", "lllf")
+    if types is None:
+        return "Gated DeltaNet + gated attention, 3:1"
+    linear, full = types.count("linear_attention"), types.count("full_attention")
+    what = ("gated attention only" if not linear else "Gated DeltaNet only" if not full
+            else f"Gated DeltaNet + gated attention, {linear // gcd(linear, full)}:{full // gcd(linear, full)}")
+    note = "" if pattern == "lllf" else "; a diagnostic layer pattern, not the shipped 3:1 shape"
+    return f"{what}, layer pattern {pattern}{note}"
+
+
+def mix(results: dict) -> str:
+    """The training mix when it is not the normal one (--asks, --verbatim-only) and its own held-out score."""
+    run = results["run"]
+    asks, verbatim = run.get("asks", list(KINDS)), run.get("verbatim_only", False)
+    if list(asks) == list(KINDS) and not verbatim:
+        return ""
+    text = (f" Diagnostic training mix: only {', '.join(asks)} asks"
+            + (", every choice a verbatim one (2-4 options, the answer written in the state)" if verbatim else "")
+            + "; the held-out scores below are the normal all-types mix.")
+    if "eval_mix" in results:
+        m = results["eval_mix"]
+        per = ", ".join(f"{k} {100 * m[f'accuracy_{k}']:.1f}% (n={m[f'count_{k}']})" for k in asks)
+        text += f" On {m['examples']} held-out requests drawn like the training set: {per}."
+    return text
 
 
 def curriculum(run: dict) -> str:

@@ -9,6 +9,9 @@ same examples, in any process. `reshuffle` re-asks a choice with its options in 
 `generate(..., verbatim=True)` is the training curriculum's easy mix: the same draws, except that each
 choice becomes a verbatim choice (`verbatim_choice`): 2-4 options, the answer's text written in the state
 and no other option's, so the only skill it needs is binding an option's text to its letter.
+`generate(..., kinds=("choice",))` asks only those types (`parse_kinds` reads "all", "choice",
+"noul,score", ...): the type is drawn with KIND_WEIGHTS renormalized over `kinds`, every other draw is as
+in the normal mix (the same random calls, so `kinds=KINDS` gives exactly the normal mix).
 """
 
 from __future__ import annotations
@@ -100,10 +103,23 @@ def verbatim_choice(rng: random.Random, state: object, posed: Posed) -> tuple[ob
     return state, Posed(q, options.index(correct), posed.pool)
 
 
-def example(rng: random.Random, noise: float = NOISE, verbatim: bool = False) -> Example:
+def parse_kinds(text: str) -> tuple[str, ...]:
+    """"all" or a comma list of ask types -> those types, in KINDS order."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if names == ["all"]:
+        return KINDS
+    unknown = sorted(set(names) - set(KINDS))
+    if unknown or not names:
+        raise ValueError(f"ask types must be 'all' or a comma list of {', '.join(KINDS)}; got {text!r}")
+    return tuple(k for k in KINDS if k in names)
+
+
+def example(rng: random.Random, noise: float = NOISE, verbatim: bool = False,
+            kinds: tuple[str, ...] = KINDS) -> Example:
     domain = rng.choice(list(DOMAINS))
     state, posed = DOMAINS[domain](rng)
-    (kind,) = rng.choices(KINDS, KIND_WEIGHTS)
+    # one random() either way: with every type this is the normal mix's draw, exactly
+    (kind,) = rng.choices(kinds, [KIND_WEIGHTS[KINDS.index(k)] for k in kinds])
     pick: Posed = rng.choice([p for p in posed if p.question["type"] == kind])
     if verbatim and kind == "choice":  # after every draw the normal mix makes, so that mix stays as it was
         state, pick = verbatim_choice(rng, state, pick)
@@ -111,10 +127,11 @@ def example(rng: random.Random, noise: float = NOISE, verbatim: bool = False) ->
     return replace(ex, label=noisy_label(rng, pick.answer, ex.options, noise))
 
 
-def generate(seed: int, count: int, noise: float = NOISE, verbatim: bool = False) -> Iterator[Example]:
+def generate(seed: int, count: int, noise: float = NOISE, verbatim: bool = False,
+             kinds: tuple[str, ...] = KINDS) -> Iterator[Example]:
     rng = random.Random(seed)
     for _ in range(count):
-        yield example(rng, noise, verbatim)
+        yield example(rng, noise, verbatim, kinds)
 
 
 def reshuffle(ex: Example, rng: random.Random) -> Example:

@@ -2,10 +2,11 @@
 
 `use_torch_gdn()` must run before transformers' Qwen3.5 module is imported: it hides flash-linear-attention
 and causal-conv1d (whose Triton backward fails on Hopper with Triton 3.6) and the kernels hub, so
-transformers binds its reference torch functions; `check_torch_gdn()` then proves the binding. `build_model`
-makes the model from a Size; `label_logits` is how flidec reads an answer (final-norm hidden state at the
-last prompt token against the label rows of the tied output embedding, in float32); `loss` is the label
-cross-entropy (softmax over the ask's labels only) plus a training-only option pointer and an optional
+transformers binds its reference torch functions; `check_torch_gdn()` then proves the binding. `text_config`
+sets the layers from a pattern (`layer_types`: "lllf" = 3 Gated DeltaNet : 1 attention, the shipped shape;
+others, such as "f" for all attention, are diagnostics); `build_model` makes the model from that config;
+`label_logits` is how flidec reads an answer (final-norm hidden state at the last prompt token against the
+label rows of the tied output embedding, in float32); `loss` is the label cross-entropy (softmax over the ask's labels only) plus a training-only option pointer and an optional
 next-token loss on the prompts.
 """
 
@@ -20,6 +21,8 @@ import torch
 import torch.nn.functional as F
 
 _FAST_PACKAGES = ("fla", "causal_conv1d", "kernels")
+LAYER_PATTERN = "lllf"  # the shipped 3 Gated DeltaNet : 1 attention, repeated over the layers
+LAYER_KINDS = {"l": "linear_attention", "f": "full_attention"}
 _GDN_FUNCTIONS = ("torch_chunk_gated_delta_rule", "torch_recurrent_gated_delta_rule", "causal_conv1d_fn",
                   "causal_conv1d_update")
 
@@ -27,7 +30,7 @@ _GDN_FUNCTIONS = ("torch_chunk_gated_delta_rule", "torch_recurrent_gated_delta_r
 @dataclass(frozen=True, slots=True)
 class Size:
     hidden: int
-    layers: int  # every fourth is full attention (3 Gated DeltaNet : 1 attention)
+    layers: int  # which are full attention: text_config's layer pattern (default every fourth, 3:1)
     ffn: int
     heads: int
     kv_heads: int
@@ -62,9 +65,18 @@ def check_torch_gdn() -> None:
                                "path; call use_torch_gdn() before transformers is imported")
 
 
-def text_config(size: Size, vocab_size: int, pad_id: int, eos_id: int):
+def layer_types(pattern: str, layers: int) -> list[str]:
+    """A pattern of "l" (linear attention: Gated DeltaNet) and "f" (full attention) letters, repeated and cut
+    to `layers` entries of the Qwen3_5 config's layer_types: "lllf" -> 3:1, "f" -> all attention."""
+    if not pattern or set(pattern) - set(LAYER_KINDS):
+        raise ValueError(f"a layer pattern is letters l (Gated DeltaNet) and f (full attention); got {pattern!r}")
+    return [LAYER_KINDS[pattern[i % len(pattern)]] for i in range(layers)]
+
+
+def text_config(size: Size, vocab_size: int, pad_id: int, eos_id: int, layer_pattern: str = LAYER_PATTERN):
     """The demo's Qwen3_5TextConfig: the test checkpoints' builder with the demo's own vocabulary, special
-    ids, a 4,096-token context and rope theta 10,000."""
+    ids, a 4,096-token context, rope theta 10,000 and `layer_pattern`'s layer_types (saved in config.json,
+    which flidec reads)."""
     from flidec.testing import make_checkpoint
 
     shape = make_checkpoint.Size(hidden=size.hidden, layers=size.layers, ffn=size.ffn, heads=size.heads,
@@ -73,6 +85,7 @@ def text_config(size: Size, vocab_size: int, pad_id: int, eos_id: int):
     config = make_checkpoint.text_config(shape, "bf16", vocab_size=vocab_size, eos_id=eos_id, pad_id=pad_id,
                                          max_positions=4096, rope_theta=10_000.0)
     config.architectures = ["Qwen3_5ForCausalLM"]
+    config.layer_types = layer_types(layer_pattern, size.layers)
     return config
 
 

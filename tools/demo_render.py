@@ -4,8 +4,9 @@ Consumes Examples (demo_data) and a model directory's tokenizer; produces `Encod
 ids exactly as flidec binds them (the root piece of the state, then the ask piece of the System One question
 against examples/systemone.flide's ask) and the label token ids it reads, plus answers, noisy labels and
 kinds. `encode_set` spreads generation and encoding over processes: the set is chunks of CHUNK examples,
-chunk i generated from seed `seed * SEED_STRIDE + i`, so a set depends only on (seed, count, verbatim);
-`verbatim=True` encodes the curriculum's easy mix (demo_data.generate's verbatim choices).
+chunk i generated from seed `seed * SEED_STRIDE + i`, so a set depends only on (seed, count, verbatim,
+kinds); `verbatim=True` encodes the curriculum's easy mix (demo_data.generate's verbatim choices) and
+`kinds` restricts the ask types (demo_data.generate's `kinds`; every set still holds `count` requests).
 Relies on: flidec (ir, formats, models.tokenizer), numpy.
 """
 
@@ -143,15 +144,17 @@ def concat(parts: Sequence[Encoded]) -> Encoded:
                      for f in ("label_ids", "option_ends", "answers", "labels", "kinds", "domains")))
 
 
-def chunk_examples(seed: int, index: int, count: int, noise: float = NOISE, verbatim: bool = False) -> list[Example]:
-    return list(generate(seed * SEED_STRIDE + index, count, noise, verbatim))
+def chunk_examples(seed: int, index: int, count: int, noise: float = NOISE, verbatim: bool = False,
+                   kinds: tuple[str, ...] = KINDS) -> list[Example]:
+    return list(generate(seed * SEED_STRIDE + index, count, noise, verbatim, kinds))
 
 
-def set_examples(seed: int, count: int, noise: float = NOISE, verbatim: bool = False) -> list[Example]:
-    """The examples of set (seed, count, verbatim), in order, as encode_set encodes them."""
+def set_examples(seed: int, count: int, noise: float = NOISE, verbatim: bool = False,
+                 kinds: tuple[str, ...] = KINDS) -> list[Example]:
+    """The examples of set (seed, count, verbatim, kinds), in order, as encode_set encodes them."""
     out: list[Example] = []
     for i in range(-(-count // CHUNK)):
-        out += chunk_examples(seed, i, min(CHUNK, count - i * CHUNK), noise, verbatim)
+        out += chunk_examples(seed, i, min(CHUNK, count - i * CHUNK), noise, verbatim, kinds)
     return out
 
 
@@ -160,14 +163,14 @@ def _renderer(model_dir: str) -> Renderer:
     return renderer(load_tokenizer(model_dir))
 
 
-def _encode_chunk(job: tuple[str, int, int, int, float, bool]) -> Encoded:
-    model_dir, seed, index, count, noise, verbatim = job
-    return encode_examples(_renderer(model_dir), chunk_examples(seed, index, count, noise, verbatim))
+def _encode_chunk(job: tuple[str, int, int, int, float, bool, tuple[str, ...]]) -> Encoded:
+    model_dir, seed, index, count, noise, verbatim, kinds = job
+    return encode_examples(_renderer(model_dir), chunk_examples(seed, index, count, noise, verbatim, kinds))
 
 
 def encode_set(model_dir: Path, seed: int, count: int, workers: int, noise: float = NOISE,
-               verbatim: bool = False) -> Encoded:
-    jobs = [(str(model_dir), seed, i, min(CHUNK, count - i * CHUNK), noise, verbatim)
+               verbatim: bool = False, kinds: tuple[str, ...] = KINDS) -> Encoded:
+    jobs = [(str(model_dir), seed, i, min(CHUNK, count - i * CHUNK), noise, verbatim, tuple(kinds))
             for i in range(-(-count // CHUNK))]
     if workers <= 1 or len(jobs) == 1:
         return concat([_encode_chunk(j) for j in jobs])
