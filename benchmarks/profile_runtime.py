@@ -84,7 +84,7 @@ def profile_instances(graphs, eager, insts: list[dict]) -> dict:
     bucket = t.program.bucket_for(stream_sizes(bound.stream))
     key = f"{t.tree.name}/{bucket.name}"
     padded = _padded(bound.stream, bucket.rows)
-    stage = graphs.engine.stages[key]
+    stage = graphs.engine.stage(key)
     eager.run_stream(bound.stream)  # fills the eager engine's meta region: its launches then redo this stream
     return {
         "rows": bound.stream.meta.num_rows, "bucket": bucket.name, "reads": len(bound.stream.meta.reads),
@@ -93,7 +93,7 @@ def profile_instances(graphs, eager, insts: list[dict]) -> dict:
         "meta_fill_ms": median_ms(lambda: stage.fill(padded.tokens, padded.meta)),
         "replay_ms": replay_ms(graphs.engine.graphs[key]),
         "eager_ms": median_ms(lambda: eager.engine._launch_all(key)),
-        "launches": len(eager.engine.launches[key]),
+        "launches": len(eager.engine.resolve(key)),
         "kernels": kernel_table(eager.engine, key),
     }
 

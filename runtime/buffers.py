@@ -236,11 +236,13 @@ class DeviceBuffers:
                 if tuple(value.shape) != b.shape:
                     raise ArtifactError(f"recording {key}: {b.name} has shape {list(value.shape)}, the recording "
                                         f"{list(b.shape)}")
-                value = value.to(device=device, dtype=b.torch_dtype).contiguous()
                 have = self.tensors.get(b.name)
                 if have is None:
-                    self.tensors[b.name] = value
-                elif have.dtype != value.dtype or not torch.equal(have, value):
+                    self.tensors[b.name] = value.to(device=device, dtype=b.torch_dtype).contiguous()
+                # A weight every recording names is the same tensor of `weights`: only its dtype can differ.
+                # Moving it to the device again to compare would copy the whole model once per bucket.
+                elif have.dtype != b.torch_dtype or (
+                        b.region == "constant" and not torch.equal(have.cpu(), value.to(b.torch_dtype))):
                     raise ArtifactError(f"recording {key}: {b.name} differs from another recording's")
 
     def pointer(self, plan: RecordingPlan, arg: PlanArg) -> int:

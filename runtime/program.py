@@ -114,7 +114,7 @@ class ReferenceEngine:
 
 class GraphEngine:
     """A GPU artifact's buckets (by "tree/bucket"): per bucket its resolved launches, meta stage and (optionally)
-    CUDA graph. `submit` enqueues a stream's meta copy, its replay and the copy of its logits into fresh pinned
+    CUDA graph, each made at the bucket's first use. `submit` enqueues a stream's meta copy, its replay and the copy of its logits into fresh pinned
     memory on one CUDA stream (the one current at load) and returns without waiting, so the host can bind the
     next stream meanwhile: every step of stream i+1 is ordered after stream i's logits copy, the meta stage's
     host buffers are doubled (runtime/buffers.py), and each result owns its host tensor."""
@@ -127,30 +127,46 @@ class GraphEngine:
         self.buffers = DeviceBuffers(self.plans, weights, device)
         self.launcher = launcher
         self.handles = {key: launcher.load(k) for key, k in sorted(kernels.items())}  # all before any capture
-        self.launches: dict[str, tuple[tuple[object, Launch], ...]] = {}
-        self.stages: dict[str, MetaStage] = {}
+        self.kernels = dict(kernels)
+        self.pin = device.type == "cuda"
         for name, plan in self.plans.items():
             if plan.missing:
                 raise ArtifactError(f"bucket {name}: no kernel for {', '.join(plan.missing)}")
-            self.launches[name] = tuple(self._resolve(name, plan, kernels))
-            self.stages[name] = MetaStage(plan, pin=device.type == "cuda")
+            for i, step in enumerate(plan.steps):
+                if step.kernel not in self.kernels:
+                    raise ArtifactError(f"bucket {name}, step {i} ({step.node}): kernel {step.kernel} is not in "
+                                        "the artifact")
+        # A bucket's launches (arguments packed), meta stage (pinned host buffers) and CUDA graph are made at
+        # its first use, not at load: on the H200 they cost ~0.1-0.2 s a bucket, most of a 20-bucket load,
+        # and a server may never see most of its buckets.
+        self.launches: dict[str, tuple[tuple[object, Launch], ...]] = {}
+        self.stages: dict[str, MetaStage] = {}
         self.stream = torch.cuda.current_stream(device) if device.type == "cuda" else None
-        # Each bucket's graph is captured at its first use, not at load: a capture costs ~0.2 s a bucket on
-        # the H200 (most of a 20-bucket load), and a server may never see most of its buckets.
         self.capture = graphs
         self.graphs: dict[str, Any] = {}
 
-    def _resolve(self, name: str, plan: RecordingPlan, kernels: Mapping[str, CompiledKernel]):
-        for i, step in enumerate(plan.steps):
-            where = f"bucket {name}, step {i} ({step.node})"
-            kernel = kernels.get(step.kernel)
-            if kernel is None:
-                raise ArtifactError(f"{where}: kernel {step.kernel} is not in the artifact")
-            args = pack_args(kernel, step.args, lambda a: self.buffers.pointer(plan, a), where)
-            yield self.handles[step.kernel], Launch(kernel, grid3(step.grid), args)
+    def resolve(self, name: str) -> tuple[tuple[object, Launch], ...]:
+        """The bucket's launches: (kernel handle, packed arguments) per recorded step, made at the first call."""
+        launches = self.launches.get(name)
+        if launches is None:
+            plan = self.plans[name]
+            launches = self.launches[name] = tuple(
+                (self.handles[step.kernel],
+                 Launch(self.kernels[step.kernel], grid3(step.grid),
+                        pack_args(self.kernels[step.kernel], step.args, lambda a: self.buffers.pointer(plan, a),
+                                  f"bucket {name}, step {i} ({step.node})")))
+                for i, step in enumerate(plan.steps))
+        return launches
+
+    def stage(self, name: str) -> MetaStage:
+        """The bucket's meta stage, made at the first call."""
+        stage = self.stages.get(name)
+        if stage is None:
+            stage = self.stages[name] = MetaStage(self.plans[name], pin=self.pin)
+        return stage
 
     def _launch_all(self, name: str) -> None:
-        for handle, launch in self.launches[name]:
+        for handle, launch in self.resolve(name):
             self.launcher.launch(handle, launch)
 
     def submit(self, tree: str, bucket: Bucket | None, stream: Stream) -> Pending:
@@ -181,7 +197,7 @@ class GraphEngine:
 
     def _enqueue(self, key: str, stream: Stream) -> torch.Tensor:
         """Fill the meta stage, copy it to the arena, replay; the logits' rows as a view of the arena."""
-        stage = self.stages[key]
+        stage = self.stage(key)
         stage.fill(stream.tokens, stream.meta)
         stage.copy_to(self.buffers.arena)
         if self.capture:

@@ -109,8 +109,9 @@ def test_launches_pass_exact_pointers_and_scalars(recorded) -> None:
     launcher = RecordingLauncher()
     engine = GraphEngine({"t/b0": plan}, kernels, weights, torch.device("cpu"), launcher, graphs=False)
     assert sorted(launcher.loaded) == sorted(k.name for k in kernels.values())
+    assert engine.launches == {} and engine.stages == {}  # made at a bucket's first use
     arena = engine.buffers.arena.data_ptr()
-    launches = engine.launches["t/b0"]
+    launches = engine.resolve("t/b0")
     assert len(launches) == len(rec.steps)
     by_name = {b.name: b for b in rec.buffers}
     for step, (handle, launch) in zip(rec.steps, launches):
@@ -199,3 +200,23 @@ def test_engine_under_the_interpreter_equals_the_player(tiny_checkpoint) -> None
                          capture_output=True, text=True, timeout=600, check=False)
     assert run.returncode == 0, run.stderr[-3000:]
     assert json.loads(run.stdout.strip().splitlines()[-1]) == {"equal": True, "finite": True}
+
+
+def test_recordings_share_weights_and_must_agree_on_constants(recorded) -> None:
+    import dataclasses
+
+    _, plan, weights = recorded
+    other = dataclasses.replace(plan, index={})
+    buffers = DeviceBuffers({"t/b0": plan, "t/b1": other}, weights, torch.device("cpu"))
+    name = next(b.name for b in plan.buffers if b.region == "weight")
+    assert buffers.tensors[name].dtype == plan.buffer(name).torch_dtype  # placed once, in the recorded dtype
+    const = next(b.name for b in plan.buffers if b.region == "constant")
+    changed = tuple((n, tuple(v + 1.0 for v in vals) if n == const else vals) for n, vals in plan.constants)
+    with pytest.raises(ArtifactError, match=f"{const} differs from another recording's"):
+        DeviceBuffers({"t/b0": plan, "t/b1": dataclasses.replace(plan, constants=changed, index={})}, weights,
+                      torch.device("cpu"))
+    retyped = tuple(dataclasses.replace(b, dtype="fp32" if b.dtype == "bf16" else "bf16") if b.name == name else b
+                    for b in plan.buffers)
+    with pytest.raises(ArtifactError, match=f"{name} differs from another recording's"):
+        DeviceBuffers({"t/b0": plan, "t/b1": dataclasses.replace(plan, buffers=retyped, index={})}, weights,
+                      torch.device("cpu"))
