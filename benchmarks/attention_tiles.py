@@ -25,34 +25,24 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.source import ensure_flidec
-from benchmarks.tiles import parse_heads, parse_variant, sweep, time_graph
+from benchmarks.tiles import forest, parse_heads, parse_variant, path_rows, sweep, time_graph
 
 ensure_flidec(ROOT)
 
 import torch
 
 HQ, HKV, D = 8, 2, 256  # --heads: 0.8B's 8 query and 2 kv heads of 256
-FORESTS = {
-    "quality": [(-1, 5000)] + [(0, 120)] * 9,
-    "race": [node for s in range(8) for node in [(-1, 450)] + [(5 * s, 40)] * 4],
-    "tiny": [(-1, 130), (0, 20), (0, 70)],  # checks the script on the CPU interpreter (no timing there)
-}
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def forest_inputs(shape, seed: int = 0):
-    from flidec.runtime.reference.forests import pack_forest
-
-    nodes, next_id = [], 1
-    for parent, length in shape:
-        nodes.append((parent, list(range(next_id, next_id + length))))
-        next_id += length
+def forest_inputs(name: str, seed: int = 0):
+    nodes, next_id, stream = forest(name)
     gen = torch.Generator().manual_seed(seed)
     table = {"q": torch.randn(next_id, HQ, D, generator=gen).bfloat16(),
              "k": torch.randn(next_id, HKV, D, generator=gen).bfloat16(),
              "v": torch.randn(next_id, HKV, D, generator=gen).bfloat16(),
              "gate": torch.randn(next_id, HQ, D, generator=gen).bfloat16()}
-    return nodes, table, pack_forest(nodes, gap=1)
+    return nodes, table, stream
 
 
 def attend(table, stream):
@@ -92,9 +82,7 @@ def measure(name: str, nodes, table, stream) -> dict:
     close = torch.allclose(out[rows].double(), want[rows].double(), atol=atol, rtol=rtol)
     leaf = len(nodes) - 1
     pout, _, _ = attend(table, path_stream(nodes, leaf))
-    meta = stream.meta
-    path = torch.cat([torch.arange(meta.segments[i].start, meta.segments[i].start + meta.segments[i].length)
-                      for i in meta.ancestors[leaf] + (leaf,)]).to(DEVICE)
+    path = path_rows(stream.meta, leaf).to(DEVICE)
     exact = torch.equal(out[path], pout)
     ms = time_graph(run) if DEVICE == "cuda" else None
     return {"variant": name, "close": close, "max_abs_err": err, "fork_equals_plain": exact, "ms": ms}
@@ -120,9 +108,9 @@ def measure_variant(variant: str, forests: list[str]) -> list[dict]:
 
     attention.TILES[D] = dataclasses.replace(attention.TILES[D], **parse_variant(variant))
     report = []
-    for forest in forests:
-        nodes, table, stream = forest_inputs(FORESTS[forest])
-        r = {"forest": forest, "rows": stream.meta.num_rows, **measure(variant or "default", nodes, table, stream)}
+    for name in forests:
+        nodes, table, stream = forest_inputs(name)
+        r = {"forest": name, "rows": stream.meta.num_rows, **measure(variant or "default", nodes, table, stream)}
         report.append(r)
         print(json.dumps(r), flush=True)
     return report

@@ -1,5 +1,5 @@
-"""What the tile sweeps (gdn_tiles.py, attention_tiles.py) share: variant parsing, one process per variant,
-CUDA-graph timing.
+"""What the tile sweeps (gdn_tiles.py, attention_tiles.py, gemm_tiles.py) share: variant parsing, one
+process per variant, the forests, CUDA-graph timing.
 
 A variant is `field=value,field=value` over a kernel's tile dataclass; `;` separates variants. Each
 variant runs in its own process (`--child`): one that faults leaves its CUDA context unusable, and the
@@ -16,6 +16,32 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+
+# (parent, tokens) per node, parents first. QuALITY-like: a 5,000-token state and 9 questions of 120 tokens;
+# RACE-like: 8 states of 450 tokens with 4 questions of 40 each; tiny: checks a script on the CPU interpreter.
+FORESTS = {
+    "quality": [(-1, 5000)] + [(0, 120)] * 9,
+    "race": [node for s in range(8) for node in [(-1, 450)] + [(5 * s, 40)] * 4],
+    "tiny": [(-1, 130), (0, 20), (0, 70)],
+}
+
+
+def forest(name: str):
+    """The named forest: its nodes (parent, token ids 1..n), n + 1 (the size of a per-token table) and the
+    nodes packed into one stream with a padding row before each segment."""
+    from flidec.runtime.reference.forests import pack_forest
+
+    nodes, next_id = [], 1
+    for parent, length in FORESTS[name]:
+        nodes.append((parent, list(range(next_id, next_id + length))))
+        next_id += length
+    return nodes, next_id, pack_forest(nodes, gap=1)
+
+
+def path_rows(meta, leaf: int) -> torch.Tensor:
+    """The stream rows of `leaf`'s path, root first: where its plain stream's rows sit in the forest's."""
+    return torch.cat([torch.arange(meta.segments[i].start, meta.segments[i].start + meta.segments[i].length)
+                      for i in meta.ancestors[leaf] + (leaf,)])
 
 
 def parse_variant(text: str) -> dict[str, object]:
