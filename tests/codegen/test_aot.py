@@ -48,7 +48,7 @@ for name, fn, spec in (("attention", fork_attention_kernel, attention), ("gemm",
     k = aot.compile_kernel(fn, spec.signature(), spec.constexprs(), target="sm_90",
                            num_warps=spec.tiles.num_warps, num_stages=spec.tiles.num_stages)
     report[name] = {"digest": aot.write_kernel(k, out), "seconds": time.perf_counter() - t,
-                    "signature": spec.signature(), "constexprs": spec.constexprs()}
+                    "signature": spec.signature(), "constexprs": spec.constexprs(), "num_warps": spec.tiles.num_warps}
 try:
     aot.compile_kernel(device_descriptor_kernel, {"x_ptr": "*fp32", "n": "i32", "B": "constexpr"}, {"B": 64})
     report["refused"] = None
@@ -87,7 +87,7 @@ def test_kernels_compile_for_sm90_with_launch_metadata(built, name) -> None:
     assert dict(k.params) == {n: t for n, t in signature.items() if t != "constexpr"}
     assert dict(k.constexprs) == report[name]["constexprs"]
     assert set(k.aligned) == {n for n, t in k.params if t.startswith("*")}
-    assert k.threads == 32 * k.num_warps and k.num_warps == 8
+    assert k.threads == 32 * k.num_warps and k.num_warps == report[name]["num_warps"]  # the tiles' (4 or 8)
     assert 0 < k.shared <= aot.MAX_SHARED[90]
 
 
