@@ -14,9 +14,7 @@ one line per variant and forest. A diagnostic, like profile_runtime.py: the benc
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
 import sys
 from pathlib import Path
 
@@ -25,7 +23,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.source import ensure_flidec
-from benchmarks.tiles import forest, parse_heads, parse_variant, path_rows, sweep, time_graph
+from benchmarks.tiles import forest, forest_sweep, measure_forests, parse_variant, path_rows, time_graph
 
 ensure_flidec(ROOT)
 
@@ -100,31 +98,17 @@ def measure(name: str, nodes, table, stream) -> dict:
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--variants", default="", help="GdnTiles fields for Dv 128, `;` between variants")
-    p.add_argument("--forests", default="quality,race")
-    p.add_argument("--heads", default="16,16,128", help="key heads, value heads, head dim (0.8B: 16,16,128)")
-    p.add_argument("--out", type=Path)
-    p.add_argument("--child", action="store_true", help="measure the one variant given here, in this process")
-    args = p.parse_args(argv)
-    if args.child:
-        global HK, HV, D
-        HK, HV, D = parse_heads(args.heads)
-        return measure_variant(args.variants, args.forests.split(","))
-    return sweep(__file__, args.variants, args.out, ["--forests", args.forests, "--heads", args.heads])
+    return forest_sweep(argv, __file__, __doc__, "GdnTiles fields for Dv 128, `;` between variants", "16,16,128",
+                        "key heads, value heads, head dim (0.8B: 16,16,128)", measure_variant)
 
 
-def measure_variant(variant: str, forests: list[str]) -> list[dict]:
+def measure_variant(variant: str, forests: list[str], heads: tuple[int, int, int]) -> list[dict]:
     from flidec.codegen import gdn
 
+    global HK, HV, D
+    HK, HV, D = heads
     gdn.TILES[D] = dataclasses.replace(gdn.TILES[D], **parse_variant(variant))
-    report = []
-    for name in forests:
-        nodes, table, stream = forest_inputs(name)
-        r = {"forest": name, "rows": stream.meta.num_rows, **measure(variant or "default", nodes, table, stream)}
-        report.append(r)
-        print(json.dumps(r), flush=True)
-    return report
+    return measure_forests(forests, forest_inputs, lambda *inputs: measure(variant or "default", *inputs))
 
 
 if __name__ == "__main__":

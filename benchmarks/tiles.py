@@ -8,6 +8,7 @@ next variant must not inherit that.
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 import subprocess
@@ -67,6 +68,33 @@ def sweep(script: str, variants: str, out: Path | None, child_args: list[str]) -
         report += rows
     if out:
         out.write_text(json.dumps(report, indent=1))
+    return report
+
+
+def forest_sweep(argv: list[str] | None, script: str, doc: str, tiles_help: str, heads: str, heads_help: str,
+                 measure_variant: Callable[[str, list[str], tuple[int, int, int]], list[dict]]) -> list[dict]:
+    """The command line of a sweep over forests (gdn_tiles.py, attention_tiles.py): the parent process runs
+    the sweep; a `--child` measures its one variant through `measure_variant(variant, forests, heads)`."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    p.add_argument("--variants", default="", help=tiles_help)
+    p.add_argument("--forests", default="quality,race", help=f"comma-separated, of {', '.join(FORESTS)}")
+    p.add_argument("--heads", default=heads, help=heads_help)
+    p.add_argument("--out", type=Path)
+    p.add_argument("--child", action="store_true", help="measure the one variant given here, in this process")
+    args = p.parse_args(argv)
+    if args.child:
+        return measure_variant(args.variants, args.forests.split(","), parse_heads(args.heads))
+    return sweep(script, args.variants, args.out, ["--forests", args.forests, "--heads", args.heads])
+
+
+def measure_forests(names: list[str], inputs: Callable, measure: Callable[..., dict]) -> list[dict]:
+    """`measure(nodes, table, stream)` per named forest, `inputs(name)` giving those; one JSON line each."""
+    report = []
+    for name in names:
+        nodes, table, stream = inputs(name)
+        row = {"forest": name, "rows": stream.meta.num_rows, **measure(nodes, table, stream)}
+        report.append(row)
+        print(json.dumps(row), flush=True)
     return report
 
 
