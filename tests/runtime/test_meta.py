@@ -133,19 +133,10 @@ def test_linear_stream_is_one_root():
 @st.composite
 def streams(draw) -> tuple[tuple[Segment, ...], tuple[Read, ...], int]:
     """Random forests in a random row order with padding between segments, and reads on segment rows."""
-    n = draw(st.integers(1, 10))
-    parents = [-1] + [draw(st.integers(-1, i - 1)) for i in range(1, n)]
-    lengths = [draw(st.sampled_from([0, 1, 2, 3, 63, 64, 65]) | st.integers(0, 150)) for _ in range(n)]
-    pos0, level = [0] * n, [0] * n
-    for i, p in enumerate(parents):
-        if p >= 0:
-            pos0[i], level[i] = pos0[p] + lengths[p], level[p] + 1
-    starts, row = [0] * n, 0
-    for i in draw(st.permutations(range(n))):
-        row += draw(st.integers(0, 3))
-        starts[i] = row
-        row += lengths[i]
-    segs = tuple(Segment(starts[i], lengths[i], pos0[i], parents[i], level[i]) for i in range(n))
+    from test_tables import segment_forests
+
+    lengths = st.sampled_from([0, 1, 2, 3, 63, 64, 65]) | st.integers(0, 150)
+    segs, row = draw(segment_forests(max_nodes=10, lengths=lengths, max_gap=3))
     on = [s.start + k for s in segs for k in range(s.length)]
     rows = draw(st.lists(st.sampled_from(on), max_size=5)) if on else []
     reads = tuple(Read(r, tuple(draw(st.lists(st.integers(0, 9999), max_size=4)))) for r in rows)

@@ -11,25 +11,33 @@ from hypothesis import strategies as st
 from flidec.runtime import tables
 from flidec.runtime.meta import Segment, StreamMeta, build_meta, path_row
 
+LENGTHS = st.integers(0, 150)
+
+
+@st.composite
+def segment_forests(draw, max_nodes: int = 8, lengths=LENGTHS, max_gap: int = 5) -> tuple[tuple[Segment, ...], int]:
+    """Random forests laid out in a random segment order with up to `max_gap` padding rows before each
+    segment: the segments and the rows they span."""
+    n = draw(st.integers(1, max_nodes))
+    parents = [-1] + [draw(st.integers(-1, i - 1)) for i in range(1, n)]
+    sizes = [draw(lengths) for _ in range(n)]
+    pos0, level = [0] * n, [0] * n
+    for i, p in enumerate(parents):
+        if p >= 0:
+            pos0[i], level[i] = pos0[p] + sizes[p], level[p] + 1
+    starts, row = [0] * n, 0
+    for i in draw(st.permutations(range(n))):
+        row += draw(st.integers(0, max_gap))
+        starts[i] = row
+        row += sizes[i]
+    return tuple(Segment(starts[i], sizes[i], pos0[i], parents[i], level[i]) for i in range(n)), row
+
 
 @st.composite
 def forests(draw) -> StreamMeta:
     """Random forests packed in a random segment order, with padding rows between segments."""
-    n = draw(st.integers(1, 8))
-    parents = [-1] + [draw(st.integers(-1, i - 1)) for i in range(1, n)]
-    lengths = [draw(st.integers(0, 150)) for _ in range(n)]
-    pos0, level = [0] * n, [0] * n
-    for i, p in enumerate(parents):
-        if p >= 0:
-            pos0[i], level[i] = pos0[p] + lengths[p], level[p] + 1
-    starts, row = [0] * n, 0
-    for i in draw(st.permutations(range(n))):
-        row += draw(st.integers(0, 5))
-        starts[i] = row
-        row += lengths[i]
-    segs = tuple(Segment(start=starts[i], length=lengths[i], pos0=pos0[i], parent=parents[i], level=level[i])
-                 for i in range(n))
-    return build_meta(segs, (), row + draw(st.integers(0, 5)))
+    segs, rows = draw(segment_forests())
+    return build_meta(segs, (), rows + draw(st.integers(0, 5)))
 
 
 @settings(max_examples=60, deadline=None)
