@@ -6,10 +6,12 @@ Runs the bf16 projections of one Qwen3.5-0.8B layer of each kind (Gated DeltaNet
 in_proj_z 2048 x 1024, in_proj_b and in_proj_a 16 x 1024, out_proj 1024 x 2048; attention: q with its gate
 4096 x 1024, k and v 512 x 1024, o_proj 1024 x 2048; the MLP's gate and up 3584 x 1024 and down 1024 x 3584;
 18 GDN and 6 attention layers) at `--rows` rows, through codegen/gemm.py with the default tiles and each
-variant (fields of GemmTiles for bf16, `;` between variants), each in its own process. Per variant: every
-projection against torch's fp32 matmul of the same inputs (bf16 tolerance) and batch invariance (the first
-rows alone == the same rows inside the full launch, bitwise); then all 186 launches of a 0.8B pass captured
-in one CUDA graph and timed (median of 20 replays, ms) with the achieved TFLOP/s. A diagnostic like
+variant (fields of GemmTiles for bf16 replacing the largest rung's, one tile choice for every size; `;`
+between variants), each in its own process. Per variant: every
+projection against torch's fp32 matmul of the same inputs (bf16 tolerance), batch invariance (the first
+rows alone == the same rows inside the full launch, bitwise) and a digest of every output's bits, which
+the summary compares with the default tiles' (a variant with the same bits could serve some buckets
+without breaking E3); then all 186 launches of a 0.8B pass captured in one CUDA graph and timed (median of 20 replays, ms) with the achieved TFLOP/s. A diagnostic like
 gdn_tiles.py: the benchmark is run.py.
 """
 
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import sys
 from pathlib import Path
@@ -50,7 +53,7 @@ def measure(name: str, rows: int) -> dict:
     ws = {s: (torch.randn(*s, generator=gen) * s[1] ** -0.5).bfloat16().to(DEVICE) for s in shapes}
     outs = {s: torch.empty(rows, s[0], dtype=torch.bfloat16, device=DEVICE) for s in shapes}
     atol, rtol = TOLERANCE[torch.bfloat16]
-    close, invariant, err = True, True, 0.0
+    close, invariant, err, bits = True, True, 0.0, hashlib.sha256()
     for (n, k) in shapes:
         y = linear(xs[k], ws[(n, k)], outs[(n, k)])
         want = xs[k].float() @ ws[(n, k)].float().T
@@ -58,12 +61,13 @@ def measure(name: str, rows: int) -> dict:
         close &= torch.allclose(y.double(), want.double(), atol=atol, rtol=rtol)
         head = 1 + rows // 3  # not a multiple of any tile
         invariant &= torch.equal(linear(xs[k][:head], ws[(n, k)]), y[:head])
+        bits.update(y.view(torch.int16).cpu().numpy().tobytes())
     ms = tflops = None
     if DEVICE == "cuda":
         ms = time_graph(lambda: [linear(xs[k], ws[(n, k)], outs[(n, k)]) for n, k in PASS])
         tflops = round(sum(2 * rows * n * k for n, k in PASS) / ms / 1e9, 1)
     return {"variant": name, "rows": rows, "close": close, "max_abs_err": err, "batch_invariant": invariant,
-            "ms": ms, "tflops": tflops}
+            "bits": bits.hexdigest()[:16], "ms": ms, "tflops": tflops}
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
@@ -75,13 +79,21 @@ def main(argv: list[str] | None = None) -> list[dict]:
     args = p.parse_args(argv)
     if args.child:
         return measure_variant(args.variants, [int(r) for r in args.rows.split(",")])
-    return sweep(__file__, args.variants, args.out, ["--rows", args.rows])
+    report = sweep(__file__, args.variants, args.out, ["--rows", args.rows])
+    default = {r["rows"]: r["bits"] for r in report if r["variant"] == "default" and "bits" in r}
+    for r in report:  # a tile choice that keeps the default's bits at every size may differ between buckets
+        if "bits" in r:
+            print(f"{r['variant']:>40} rows {r['rows']:>6}: {r['ms']} ms, "
+                  f"{'same bits as' if r['bits'] == default.get(r['rows']) else 'other bits than'} the default")
+    return report
 
 
 def measure_variant(variant: str, rows: list[int]) -> list[dict]:
     from flidec.codegen import gemm
 
-    gemm.TILES[torch.bfloat16] = dataclasses.replace(gemm.TILES[torch.bfloat16], **parse_variant(variant))
+    if variant:  # one tile choice for every size: the largest rung's, with the variant's fields
+        largest = gemm.TILES[torch.bfloat16][-1][1]
+        gemm.TILES[torch.bfloat16] = ((gemm.ANY_ROWS, dataclasses.replace(largest, **parse_variant(variant))),)
     report = []
     for r in rows:
         row = measure(variant or "default", r)

@@ -29,7 +29,7 @@ import triton
 import triton.language as tl
 from flidec.codegen import aot
 from flidec.codegen.attention import AttentionSpec, fork_attention_kernel
-from flidec.codegen.gemm import GemmSpec, gemm_kernel
+from flidec.codegen.gemm import GemmSpec, gemm_kernel, tiles_for
 
 @triton.jit
 def device_descriptor_kernel(x_ptr, n, B: tl.constexpr):
@@ -40,7 +40,8 @@ out = Path(sys.argv[1])
 hq, hkv, d = 8, 2, 256
 attention = AttentionSpec(torch.bfloat16, hq, hkv, d, depth=3, has_gate=True,
                           strides=((2 * hq * d, 2 * d), (hkv * d, d), (hkv * d, d), (2 * hq * d, 2 * d), (hq * d, d)))
-gemm = GemmSpec(torch.bfloat16, n=3584, k=1024, strides=(1024, 1024, 3584))
+gemm = GemmSpec(torch.bfloat16, n=3584, k=1024, strides=(1024, 1024, 3584),
+                tiles=tiles_for(torch.bfloat16, 8192))
 report = {}
 for name, fn, spec in (("attention", fork_attention_kernel, attention), ("gemm", gemm_kernel, gemm),
                        ("gemm_again", gemm_kernel, gemm)):
@@ -125,9 +126,9 @@ def test_compile_kernel_checks_its_inputs() -> None:
     import torch
 
     from flidec.codegen import eager
-    from flidec.codegen.gemm import GemmSpec, gemm_kernel
+    from flidec.codegen.gemm import GemmSpec, gemm_kernel, tiles_for
 
-    spec = GemmSpec(torch.float32, n=64, k=64, strides=(64, 64, 64))
+    spec = GemmSpec(torch.float32, n=64, k=64, strides=(64, 64, 64), tiles=tiles_for(torch.float32, 64))
     with pytest.raises(aot.KernelBuildError, match="unsupported target"):
         aot.compile_kernel(gemm_kernel, spec.signature(), spec.constexprs(), target="sm_80")
     with pytest.raises(aot.KernelBuildError, match="constexprs"):

@@ -55,3 +55,21 @@ def test_linear_refuses_mismatched_operands() -> None:
         linear(x, w[:, :8])
     with pytest.raises(ValueError, match="share one of"):
         linear(x, w.double())
+
+
+def test_small_launches_take_the_small_rung_and_every_rung_gives_the_same_rows(device, monkeypatch) -> None:
+    """The rung is picked by the launch's rows; the interpreter's products are exact in every tile, so this
+    checks the tiles' coverage and edge masks (the hardware's bits: test_aot_gpu.py)."""
+    from flidec.codegen import gemm
+
+    rungs = gemm.TILES[torch.bfloat16]
+    assert len(rungs) > 1 and [most for most, _ in rungs] == sorted(most for most, _ in rungs)
+    assert gemm.tiles_for(torch.bfloat16, 1) == rungs[0][1]
+    assert gemm.tiles_for(torch.bfloat16, rungs[0][0] + 1) == rungs[1][1]
+    assert gemm.tiles_for(torch.bfloat16, 10**9) == rungs[-1][1]
+    x, w = operands(130, 200, 96, torch.bfloat16, device, seed=4)  # edges in every dim of both rungs' tiles
+    outs = []
+    for _, tiles in rungs:
+        monkeypatch.setitem(gemm.TILES, torch.bfloat16, ((gemm.ANY_ROWS, tiles),))
+        outs.append(linear(x, w))
+    assert not outs[0].isnan().any() and all(torch.equal(o, outs[0]) for o in outs[1:])
