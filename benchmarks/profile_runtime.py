@@ -10,7 +10,10 @@ path packs them, for `NAME*N`), measures (medians of 10, milliseconds): the whol
 `Program.label_logits` call (validation, binding, packing, meta fill, copy, replay, read), `run_stream` of
 the already bound stream (no binding), the meta fill alone, and the graph replay alone (CUDA events); then
 profiles one eager pass with torch.profiler (CUPTI sees cuda.core launches like any other) and lists the
-kernels by total device time. Writes the report as JSON (`--out`) and prints it. A diagnostic for the
+kernels by total device time. With `--concurrent NAME*N`, first (with only the graph program loaded) N
+instances of a workload (its instances repeated in order) go through one `label_logits` call, the offline
+path with all N in flight: wall time and peak GPU memory (torch's allocator: the arena, weights, staging and
+results; cuda.core allocates nothing). Writes the report as JSON (`--out`) and prints it. A diagnostic for the
 runtime's performance work (docs/DESIGN.md), not a benchmark: the harness's numbers are benchmarks/run.py's.
 """
 
@@ -98,11 +101,30 @@ def profile_instances(graphs, eager, insts: list[dict]) -> dict:
     }
 
 
+def concurrent(graphs, tokenizer, spec: str) -> dict:
+    from benchmarks.workloads import build_workload
+
+    name, _, count = spec.partition("*")
+    pool = build_workload(name, lambda s: len(tokenizer.encode(s))).instances
+    insts = [pool[i % len(pool)] for i in range(int(count))]
+    graphs.label_logits(insts)  # the first use of a bucket makes its graph: time the second call
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    t0 = time.perf_counter()
+    out = graphs.label_logits(insts)
+    torch.cuda.synchronize()
+    seconds = time.perf_counter() - t0
+    return {"workload": name, "instances": len(insts), "answered": sum(isinstance(o, torch.Tensor) for o in out),
+            "seconds": round(seconds, 3), "peak_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2),
+            "reserved_gib": round(torch.cuda.max_memory_reserved() / 2**30, 2)}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python benchmarks/profile_runtime.py", description=__doc__.split("\n")[0])
     p.add_argument("--model", required=True, type=Path)
     p.add_argument("--workloads", default="independent,race,mixed,quality",
                    help="comma-separated; NAME*N profiles the first N instances bound into one stream (offline)")
+    p.add_argument("--concurrent", default=None, help="NAME*N: N instances of NAME in one label_logits call")
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args(argv)
 
@@ -124,8 +146,11 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     graphs = load(artifact, "cuda")
     report["load_s"] = round(time.perf_counter() - t0, 2)
-    eager = load(artifact, "cuda", graphs=False)
     tokenizer = load_tokenizer(args.model)
+    if args.concurrent:
+        report["concurrent"] = concurrent(graphs, tokenizer, args.concurrent)
+        print(json.dumps({"concurrent": report["concurrent"]}), flush=True)
+    eager = load(artifact, "cuda", graphs=False)
     report["workloads"] = {}
     for name in args.workloads.split(","):
         workload, _, count = name.partition("*")
