@@ -25,7 +25,7 @@ import torch
 from flidec.ir.errors import ArtifactError
 from flidec.ir.program import Bucket
 from flidec.runtime.meta import StreamMeta
-from flidec.runtime.tables import FillRequest, fill_meta
+from flidec.runtime.tables import FillRequest, check_requests, write_meta
 
 RECORDING_VERSION = 1
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "i64": torch.int64,
@@ -178,10 +178,11 @@ class MetaStage:
         self.current = 0
         self.buffers = plan.meta
         self.requests = tuple(FillRequest(b.name, b.fill, b.shape) for b in self.buffers)
-        # per host buffer, each meta buffer's bytes in it as a tensor of the buffer's dtype and shape: made once
-        # here, so that a fill only copies
-        self.views = tuple(tuple(host[b.offset - self.lo : b.offset - self.lo + b.nbytes].view(b.torch_dtype)
-                                 .view(b.shape) for b in self.buffers) for host in self.hosts)
+        check_requests(self.requests, plan.bucket)  # once here: a fill then writes without checking shapes
+        # per host buffer, each meta buffer's bytes in it as an array of the buffer's dtype and shape: made once
+        # here, so that a fill writes the tables straight into them (no table allocated, then copied)
+        self.views = tuple({b.name: host[b.offset - self.lo : b.offset - self.lo + b.nbytes].view(b.torch_dtype)
+                            .view(b.shape).numpy() for b in self.buffers} for host in self.hosts)
 
     @property
     def host(self) -> torch.Tensor:
@@ -189,19 +190,13 @@ class MetaStage:
         return self.hosts[self.current]
 
     def fill(self, tokens: torch.Tensor, meta: StreamMeta) -> None:
-        """Write one stream's tables into the next host buffer (ValueError when the stream does not fit)."""
-        tables = fill_meta(self.requests, tokens, meta, self.plan.bucket)
-        for b in self.buffers:
-            value = tables[b.name]
-            if tuple(value.shape) != b.shape:
-                raise ValueError(f"meta buffer {b.name}: the {b.fill} rule gave {list(value.shape)}, the "
-                                 f"recording has {list(b.shape)}")
+        """Write one stream's tables into the next host buffer (ValueError when the stream does not fit; the
+        buffer the last fill wrote is left as it was)."""
         k = 1 - self.current
         if self.copied[k] is not None:
             self.copied[k].synchronize()  # its last copy has been read by the device
             self.copied[k] = None
-        for b, view in zip(self.buffers, self.views[k]):
-            view.copy_(tables[b.name])
+        write_meta(self.requests, self.views[k], tokens, meta, self.plan.bucket)
         self.current = k
 
     def copy_to(self, arena: torch.Tensor) -> None:

@@ -62,7 +62,8 @@ class Pending(Protocol):
 
 
 class Engine(Protocol):
-    needs_bucket: bool  # streams are padded to a compiled bucket (static buffers) or run as they are
+    needs_bucket: bool  # streams run in a compiled bucket (static buffers, padding written by the meta stage)
+    # or as they are
 
     def submit(self, tree: str, bucket: Bucket | None, stream: Stream) -> Pending:
         """Start running the stream after every stream submitted before it. One caller at a time (the
@@ -197,7 +198,8 @@ class GraphEngine:
         return graph
 
     def _enqueue(self, key: str, stream: Stream) -> torch.Tensor:
-        """Fill the meta stage, copy it to the arena, replay; the logits' rows as a view of the arena."""
+        """Fill the meta stage, copy it to the arena, replay; the logits' rows as a view of the arena. The stream
+        need not be padded to the bucket: the fill writes the padding rows' inert tables itself."""
         stage = self.stage(key)
         stage.fill(stream.tokens, stream.meta)
         stage.copy_to(self.buffers.arena)
@@ -434,9 +436,7 @@ class Program:
     # -- internals --------------------------------------------------------------------------------------------
 
     def _submit(self, tree: str, bucket: Bucket | None, stream: Stream) -> Pending:
-        if self.engine.needs_bucket:
-            assert bucket is not None
-            stream = _padded(stream, bucket.rows)
+        assert bucket is not None or not self.engine.needs_bucket
         with self._lock:
             pending = self.engine.submit(tree, bucket, stream)
             used = sum(seg.length for seg in stream.meta.segments)
@@ -534,7 +534,8 @@ def _groups(pieces: Iterable[_Piece], t: TreeRuntime) -> Iterator[tuple[list[_Pi
 
 
 def _padded(stream: Stream, rows: int) -> Stream:
-    """The same stream with padding rows up to `rows` (inert: no segment, token 0)."""
+    """The same stream with padding rows up to `rows` (inert: no segment, token 0). The meta stage fills the
+    same tables from the stream unpadded, so the runtime does not pad (tests and tools do)."""
     meta = stream.meta
     if meta.num_rows == rows:
         return stream

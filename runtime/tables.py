@@ -7,9 +7,11 @@ the bucket's fixed sizes, so one recorded launch sequence (a CUDA graph) replays
 - the fork attention's `query_tiles` and `path_levels`, the fork conv's `conv_taps`, the forked Gated
   DeltaNet's work items, tail rows and chunk slots (`gdn_tables`; int32).
 A recording names each meta buffer's rule in its `fill` field ("query_tiles(block_m=64)",
-"gdn_items(per_level=8,slots=8,chunks=24)"); `fill_meta` applies the rules. This is the one implementation: the
-kernels' launchers (codegen/), the recording player and the graph passes import it from here, so the
-runtime fills exactly what codegen's player fills, and imports nothing but torch, numpy and flidec.ir/runtime.
+"gdn_items(per_level=8,slots=8,chunks=24)"); `fill_meta` applies the rules into fresh tensors, `write_meta`
+into given arrays (a meta stage's host buffers: every element written, no table allocated and copied). This is
+the one implementation: the kernels' launchers (codegen/), the recording player and the graph passes import it
+from here, so the runtime fills exactly what codegen's player fills, and imports nothing but torch, numpy and
+flidec.ir/runtime.
 Relies on the segment-tree property of StreamMeta (runtime/meta.py): along a path the levels' first
 positions ascend, a child begins at its parent's end, and a descendant starting from a segment's recurrent
 state starts at the boundary floor(end / CHUNK) * CHUNK of that segment (so one slot per segment suffices).
@@ -17,7 +19,8 @@ state starts at the boundary floor(end / CHUNK) * CHUNK of that segment (so one 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import functools
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -59,24 +62,40 @@ META_BUFFERS = tuple(b.name for b in meta_buffers(Bucket("", 1, 1, 1, 1, 1)))
 def static_tables(tokens: torch.Tensor, meta: StreamMeta, bucket: Bucket) -> dict[str, torch.Tensor]:
     """A stream's meta laid out in the bucket's static buffers; padding is inert (rows: token 0, position 0,
     no conv predecessors; segments: level PADDING_LEVEL; reads: no labels)."""
+    out = {b.name: np.empty(b.shape, dtype=np.int64) for b in meta_buffers(bucket)}
+    write_static(out, tokens, meta, bucket)
+    return {name: torch.from_numpy(a) for name, a in out.items()}
+
+
+def write_static(out: Mapping[str, np.ndarray], tokens: torch.Tensor, meta: StreamMeta, bucket: Bucket) -> None:
+    """`static_tables` written into `out` (the static buffers it names, each whole, padding included): a
+    meta stage's host buffers are written once, with no table allocated and copied on the way."""
     rows, segs, reads = meta.num_rows, len(meta.segments), len(meta.reads)
     lmax = meta.read_labels.shape[1]
     if not bucket.fits(rows, segs, 1, reads, lmax if reads else 0):
         raise ValueError(f"a stream of {rows} rows, {segs} segments, {reads} reads of <= {lmax} labels does not "
                          f"fit bucket {bucket.name}")
-    t = {b.name: torch.zeros(b.shape, dtype=b.dtype) for b in meta_buffers(bucket)}
-    t["tokens"][:rows] = tokens
-    t["positions"][:rows] = meta.positions
-    t["conv_prev"].fill_(-1)
-    t["conv_prev"][:rows] = meta.conv_prev
-    t["segments"][:, SEGMENT_FIELDS.index("parent")] = -1
-    t["segments"][:, SEGMENT_FIELDS.index("level")] = PADDING_LEVEL
-    if segs:
-        t["segments"][:segs] = torch.tensor([[getattr(s, f) for f in SEGMENT_FIELDS] for s in meta.segments])
-    t["read_rows"][:reads] = meta.read_rows
-    t["read_labels"][:reads, :lmax] = meta.read_labels
-    t["read_nlabels"][:reads] = meta.read_nlabels
-    return t
+    for name, value, pad in (("tokens", tokens, 0), ("positions", meta.positions, 0),
+                             ("conv_prev", meta.conv_prev, -1), ("read_rows", meta.read_rows, 0),
+                             ("read_nlabels", meta.read_nlabels, 0)):
+        if name in out:
+            a, n = out[name], value.shape[0]
+            a[:n] = value.numpy()
+            a[n:] = pad
+    if "segments" in out:
+        a = out["segments"]
+        a[segs:] = _PADDING_SEGMENT
+        if segs:
+            a[:segs] = [[getattr(s, f) for f in SEGMENT_FIELDS] for s in meta.segments]
+    if "read_labels" in out:
+        a = out["read_labels"]
+        a[reads:] = 0
+        a[:reads, lmax:] = 0
+        a[:reads, :lmax] = meta.read_labels.numpy()
+
+
+# a row of the segments table past the stream's segments
+_PADDING_SEGMENT = tuple({"parent": -1, "level": PADDING_LEVEL}.get(f, 0) for f in SEGMENT_FIELDS)
 
 
 # ---- fork attention: query tiles and path levels -------------------------------------------------------------
@@ -100,6 +119,19 @@ def max_query_tiles(num_rows: int, num_segments: int, block_m: int) -> int:
 def query_tiles(meta: StreamMeta, block_m: int, num_tiles: int | None = None) -> torch.Tensor:
     """[num_tiles, 4] int32 rows (segment, row0, pos0, count): `count` queries of `segment` from logical
     position `pos0` at stream row `row0`, inside the aligned tile [pos0 - pos0 % block_m, + block_m)."""
+    columns = _tile_columns(meta, block_m)
+    out = np.empty((len(columns[0]) if num_tiles is None else num_tiles, len(TILE_FIELDS)), dtype=np.int32)
+    _write_tiles(out, columns)
+    return torch.from_numpy(out)
+
+
+def write_query_tiles(out: np.ndarray, meta: StreamMeta, block_m: int) -> None:
+    """`query_tiles(meta, block_m, len(out))` written into `out`."""
+    _write_tiles(out, _tile_columns(meta, block_m))
+
+
+def _tile_columns(meta: StreamMeta, block_m: int) -> tuple[np.ndarray, ...]:
+    """The TILE_FIELDS columns of every tile the stream needs, in segment order."""
     segs = [(i, s.start, s.pos0, s.end) for i, s in enumerate(meta.segments) if s.length > 0]
     index, start, pos0, end = np.array(segs, dtype=np.int64).reshape(-1, 4).T
     first = pos0 // block_m
@@ -108,15 +140,16 @@ def query_tiles(meta: StreamMeta, block_m: int, num_tiles: int | None = None) ->
     tile = np.repeat(first, count) + k
     lo = np.maximum(tile * block_m, np.repeat(pos0, count))
     hi = np.minimum((tile + 1) * block_m, np.repeat(end, count))
-    need = len(tile)
-    if num_tiles is not None and need > num_tiles:
-        raise ValueError(f"stream needs {need} query tiles, the table holds {num_tiles}")
-    rows = np.zeros((need if num_tiles is None else num_tiles, len(TILE_FIELDS)), dtype=np.int32)
-    rows[:need, 0] = np.repeat(index, count)
-    rows[:need, 1] = np.repeat(start - pos0, count) + lo
-    rows[:need, 2] = lo
-    rows[:need, 3] = hi - lo
-    return torch.from_numpy(rows)
+    return np.repeat(index, count), np.repeat(start - pos0, count) + lo, lo, hi - lo
+
+
+def _write_tiles(out: np.ndarray, columns: tuple[np.ndarray, ...]) -> None:
+    need = len(columns[0])
+    if need > len(out):
+        raise ValueError(f"stream needs {need} query tiles, the table holds {len(out)}")
+    for k, column in enumerate(columns):
+        out[:need, k] = column
+    out[need:] = 0
 
 
 def path_depth(meta: StreamMeta) -> int:
@@ -128,19 +161,26 @@ def path_levels(meta: StreamMeta, depth: int | None = None, num_segments: int | 
     """[num_segments, depth, 2] int32: per segment, (start row, pos0) of every segment on its path, root
     first and itself last; levels past its own are (0, POS_NONE), segments past the stream's are all
     padding. A logical position p maps to the row `start + p - pos0` of the deepest level with pos0 <= p."""
-    need = path_depth(meta)
-    depth = need if depth is None else depth
+    depth = path_depth(meta) if depth is None else depth
     num_segments = len(meta.segments) if num_segments is None else num_segments
+    out = np.empty((num_segments, depth, 2), dtype=np.int32)
+    write_path_levels(out, meta)
+    return torch.from_numpy(out)
+
+
+def write_path_levels(out: np.ndarray, meta: StreamMeta) -> None:
+    """`path_levels` written into `out` ([num_segments, depth, 2])."""
+    need = path_depth(meta)
+    num_segments, depth = out.shape[:2]
     if need > depth or len(meta.segments) > num_segments:
         raise ValueError(f"stream needs depth {need} and {len(meta.segments)} segments, "
                          f"the table holds depth {depth} and {num_segments} segments")
-    levels = np.zeros((num_segments, depth, 2), dtype=np.int32)
-    levels[:, :, 1] = POS_NONE
+    out[:, :, 0] = 0
+    out[:, :, 1] = POS_NONE
     chain = path_chains(meta.ancestors, depth)
     on = chain >= 0
     firsts = np.array([(s.start, s.pos0) for s in meta.segments], dtype=np.int32).reshape(-1, 2)
-    levels[: len(chain)][on] = firsts[chain[on]]
-    return torch.from_numpy(levels)
+    out[: len(chain)][on] = firsts[chain[on]]
 
 
 # ---- forked Gated DeltaNet and fork conv -------------------------------------------------------------------
@@ -237,14 +277,20 @@ def gdn_tables(meta: StreamMeta, levels: int | None = None, per_level: int | Non
 
 def conv_taps(meta: StreamMeta, rows: int | None = None) -> torch.Tensor:
     """[rows, CONV_TAPS] int32: each row's predecessors on its path and itself; padding rows all -1."""
-    rows = meta.num_rows if rows is None else rows
-    if meta.num_rows > rows:
-        raise ValueError(f"stream has {meta.num_rows} rows, the table holds {rows}")
-    taps = torch.full((rows, CONV_TAPS), -1, dtype=torch.int32)
-    own = meta.segment_ids >= 0
-    taps[: meta.num_rows, : CONV_TAPS - 1] = torch.where(own[:, None], meta.conv_prev, -1).to(torch.int32)
-    taps[: meta.num_rows, CONV_TAPS - 1] = torch.where(own, torch.arange(meta.num_rows), -1).to(torch.int32)
-    return taps
+    out = np.empty((meta.num_rows if rows is None else rows, CONV_TAPS), dtype=np.int32)
+    write_conv_taps(out, meta)
+    return torch.from_numpy(out)
+
+
+def write_conv_taps(out: np.ndarray, meta: StreamMeta) -> None:
+    """`conv_taps(meta, len(out))` written into `out`."""
+    n, rows = meta.num_rows, len(out)
+    if n > rows:
+        raise ValueError(f"stream has {n} rows, the table holds {rows}")
+    own = meta.segment_ids.numpy() >= 0
+    out[:n, : CONV_TAPS - 1] = np.where(own[:, None], meta.conv_prev.numpy(), -1)
+    out[:n, CONV_TAPS - 1] = np.where(own, np.arange(n), -1)
+    out[n:] = -1
 
 
 # ---- fill rules: a recording's meta buffers by name -----------------------------------------------------------
@@ -270,26 +316,68 @@ def parse_fill(fill: str) -> tuple[str, dict[str, int]]:
     return rule, params
 
 
-Rule = Callable[[torch.Tensor, StreamMeta, Bucket, FillRequest, dict[str, int], dict], torch.Tensor]
+@dataclass(frozen=True, slots=True)
+class FillRule:
+    """How one kind of meta buffer is filled: the table's shape and dtype for a bucket (what a recording
+    must have allocated), and the writer that fills all of it from a stream's meta."""
+
+    shape: Callable[[Bucket, FillRequest, dict[str, int]], tuple[int, ...]]
+    write: Callable[[np.ndarray, StreamMeta, Bucket, dict[str, int], dict], None]
+    dtype: type = np.int32
 
 
-def _gdn(part: str) -> Rule:
-    def fill(tokens, meta, bucket, req, params, cache):  # items, tails and chunks come from one gdn_tables call
+def _gdn(part: str) -> FillRule:
+    def write(out, meta, bucket, params, cache):  # items, tails and chunks come from one gdn_tables call
         key = ("gdn", params["per_level"], params["slots"], params["chunks"])
         if key not in cache:
             cache[key] = gdn_tables(meta, bucket.depth, params["per_level"], params["slots"], params["chunks"])
-        return getattr(cache[key], part)
-    return fill
+        out[...] = getattr(cache[key], part).numpy()
+
+    def shape(bucket, req, params):
+        items = bucket.depth * max(params["per_level"], 1)
+        return {"items": (items, len(ITEM_FIELDS)), "tails": (items, CHUNK), "chunks": (params["chunks"], 2)}[part]
+    return FillRule(shape, write)
 
 
-FILL_RULES: dict[str, Rule] = {
-    "query_tiles": lambda tokens, meta, bucket, req, p, cache: query_tiles(meta, p["block_m"], req.shape[0]),
-    "path_levels": lambda tokens, meta, bucket, req, p, cache: path_levels(meta, bucket.depth, bucket.segments),
-    "conv_taps": lambda tokens, meta, bucket, req, p, cache: conv_taps(meta, bucket.rows),
+FILL_RULES: dict[str, FillRule] = {
+    "query_tiles": FillRule(lambda bucket, req, p: (req.shape[0], len(TILE_FIELDS)),
+                            lambda out, meta, bucket, p, cache: write_query_tiles(out, meta, p["block_m"])),
+    "path_levels": FillRule(lambda bucket, req, p: (bucket.segments, bucket.depth, 2),
+                            lambda out, meta, bucket, p, cache: write_path_levels(out, meta)),
+    "conv_taps": FillRule(lambda bucket, req, p: (bucket.rows, CONV_TAPS),
+                          lambda out, meta, bucket, p, cache: write_conv_taps(out, meta)),
     "gdn_items": _gdn("items"),
     "gdn_tails": _gdn("tails"),
     "gdn_chunks": _gdn("chunks"),
 }
+
+
+@functools.lru_cache(maxsize=1024)
+def _rule(fill: str, name: str) -> tuple[FillRule, tuple[tuple[str, int], ...]]:
+    """A meta buffer's fill rule and its parameters, parsed once per distinct `fill` (a fill runs per stream)."""
+    rule, params = parse_fill(fill)
+    if rule not in FILL_RULES:
+        raise ValueError(f"no fill rule {fill!r} for meta buffer {name} (this runtime knows "
+                         f"{', '.join(sorted(FILL_RULES))})")
+    return FILL_RULES[rule], tuple(params.items())
+
+
+def table_layout(req: FillRequest, bucket: Bucket) -> tuple[tuple[int, ...], type]:
+    """The shape and numpy dtype of the table `req`'s rule fills for `bucket` (ValueError: no such rule)."""
+    if req.name in META_BUFFERS:
+        return next(b.shape for b in meta_buffers(bucket) if b.name == req.name), np.int64
+    rule, params = _rule(req.fill, req.name)
+    return rule.shape(bucket, req, dict(params)), rule.dtype
+
+
+def check_requests(requests: Iterable[FillRequest], bucket: Bucket) -> None:
+    """ValueError unless every request names a known rule whose table has the request's shape: what a
+    meta stage checks once, so that its fills write into the recording's buffers without checks."""
+    for req in requests:
+        shape = table_layout(req, bucket)[0]
+        if shape != req.shape:
+            raise ValueError(f"meta buffer {req.name}: the {req.fill} rule gives {list(shape)}, the recording "
+                             f"has {list(req.shape)}")
 
 
 def fill_meta(requests: Iterable[FillRequest], tokens: torch.Tensor, meta: StreamMeta, bucket: Bucket
@@ -297,16 +385,22 @@ def fill_meta(requests: Iterable[FillRequest], tokens: torch.Tensor, meta: Strea
     """The contents of every requested meta buffer for one stream (host tensors, by buffer name); the
     static buffers (META_BUFFERS) by `static_tables`, the others by their rule. ValueError for a stream that
     does not fit or a rule this runtime does not know."""
-    static = static_tables(tokens, meta, bucket)
-    out: dict[str, torch.Tensor] = {}
+    requests = tuple(requests)
+    out = {}
+    for req in requests:
+        shape, dtype = table_layout(req, bucket)
+        out[req.name] = np.empty(shape, dtype=dtype)
+    write_meta(requests, out, tokens, meta, bucket)
+    return {name: torch.from_numpy(a) for name, a in out.items()}
+
+
+def write_meta(requests: Sequence[FillRequest], out: Mapping[str, np.ndarray], tokens: torch.Tensor,
+               meta: StreamMeta, bucket: Bucket) -> None:
+    """`fill_meta` written into `out` (per request, an array of its table's shape; any integer dtype), every
+    element of every table: a meta stage's host buffers hold the last stream's tables until then."""
+    write_static({r.name: out[r.name] for r in requests if r.name in META_BUFFERS}, tokens, meta, bucket)
     cache: dict = {}
     for req in requests:
-        if req.name in static:
-            out[req.name] = static[req.name]
-            continue
-        rule, params = parse_fill(req.fill)
-        if rule not in FILL_RULES:
-            raise ValueError(f"no fill rule {req.fill!r} for meta buffer {req.name} (this runtime knows "
-                             f"{', '.join(sorted(FILL_RULES))})")
-        out[req.name] = FILL_RULES[rule](tokens, meta, bucket, req, params, cache)
-    return out
+        if req.name not in META_BUFFERS:
+            rule, params = _rule(req.fill, req.name)
+            rule.write(out[req.name], meta, bucket, dict(params), cache)

@@ -103,6 +103,39 @@ def test_staged_meta_is_what_the_player_fills(recorded) -> None:
         stage.fill(torch.zeros(200, dtype=torch.int64), too_big)
 
 
+def test_a_fill_writes_every_byte_of_its_host_buffer(recorded) -> None:
+    """A fill writes its tables straight into the stage's host buffer, which still holds the tables of the
+    stream before last (or, here, poison): every byte must be the new stream's, padding included, and an
+    unpadded stream (the runtime does not pad) stages what the player fills for it padded to the bucket."""
+    from flidec.codegen.recording import fill_tables
+
+    rec, plan, _ = recorded
+    stage = MetaStage(plan)
+    for host in stage.hosts:
+        host.fill_(0xA5)
+    small = (torch.arange(9) + 3, build_meta((Segment(0, 9, 0, -1, 0),), (Read(8, (1, 2)),), 9))
+    for tokens, meta in (forked(), forked(), small, small):  # the larger stream in both buffers, then smaller
+        stage.fill(tokens, meta)
+        padded = _padded(Stream(tokens, meta), BUCKET.rows)
+        want = fill_tables(rec, padded.tokens, padded.meta)
+        for b in plan.meta:
+            start = b.offset - stage.lo
+            got = stage.host[start : start + b.nbytes].view(b.torch_dtype).view(b.shape)
+            assert torch.equal(got, want[b.name].to(b.torch_dtype)), b.name
+
+
+def test_a_stage_refuses_a_table_of_another_shape(recorded) -> None:
+    from flidec.runtime.buffers import PlanBuffer, RecordingPlan
+
+    _, plan, _ = recorded
+    wrong = tuple(PlanBuffer(b.name, b.region, b.dtype, (b.shape[0] - 1, *b.shape[1:]), b.offset, b.fill)
+                  if b.name == "conv_taps" else b for b in plan.buffers)
+    bad = RecordingPlan(plan.bucket, wrong, plan.arena_bytes, plan.steps, plan.constants, plan.output)
+    with pytest.raises(ValueError, match=r"meta buffer conv_taps: the conv_taps rule gives \[128, 4\], the "
+                                         r"recording has \[127, 4\]"):
+        MetaStage(bad)
+
+
 def test_launches_pass_exact_pointers_and_scalars(recorded) -> None:
     rec, plan, weights = recorded
     kernels = fake_records(rec)
