@@ -44,6 +44,7 @@ class LabelTable:
         self._tail_ids = tuple(encode(tail))
         self._ids: dict[str, int | None] = {}
         self._choice: Labels | None = None
+        self._sets: dict[tuple[str, ...], Labels] = {}  # label texts -> their checked Labels (immutable)
 
     def token(self, label: str) -> int | None:
         """The one token `label` adds after the generation prompt, or None when it is not one token."""
@@ -55,6 +56,12 @@ class LabelTable:
         return self._ids[label]
 
     def _distinct(self, texts: tuple[str, ...]) -> Labels:
+        labels = self._sets.get(texts)  # every ask of every instance asks again: made once per label set
+        if labels is None:
+            labels = self._sets[texts] = self._checked(texts)
+        return labels
+
+    def _checked(self, texts: tuple[str, ...]) -> Labels:
         ids = tuple(self.token(t) for t in texts)
         bad = [t for t, i in zip(texts, ids) if i is None]
         if bad:

@@ -156,6 +156,9 @@ class NextTokenFormat:
         ids = iter(self._tok.encode_batch([r for rs in runs for r in rs]))
         out = {}
         for text, rs in zip(unique, runs):
+            if len(rs) == 1:
+                out[text] = tuple(next(ids))
+                continue
             whole: list[int] = []
             for _ in rs:
                 whole += next(ids)

@@ -61,7 +61,8 @@ class _Fill:
 
     def ids(self, encoded: Mapping[str, tuple[int, ...]]) -> tuple[int, ...]:
         ids = self.draft.ids(encoded)
-        ids = ids[self.head : len(ids) - self.tail]
+        if self.head or self.tail:
+            ids = ids[self.head : len(ids) - self.tail]
         if len(ids) > self.max_tokens:
             bound = self.max_tokens
             raise InstanceError([f"{self.path}: {len(ids)} tokens, over the compiled bound of {bound}"])
@@ -100,7 +101,7 @@ class _TemplateWalker:
             for p in template_pieces:
                 ids += p.ids(encoded) if isinstance(p, _Fill) else p
             above = at[parent] if parent >= 0 else -1
-            at.append(plan.segment(ids, above) if ids else above)
+            at.append(plan.segment(ids, above, adopt=True) if ids else above)
         plan.reads = [(at[seg], pieces[path], path) for seg, path in sketch.reads]
         return plan, shape
 

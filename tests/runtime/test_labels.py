@@ -64,3 +64,30 @@ def test_labels_that_are_not_single_tokens_are_refused() -> None:
         table.noul()
     with pytest.raises(LabelError, match="2 to 10 levels"):
         table.score(11)
+
+
+def test_label_sets_are_made_once_and_equal_a_fresh_tables(qwen_tokenizer) -> None:
+    """A table keeps each label set it has checked (every ask of every instance asks again): the kept set is
+    the one a fresh table makes, for every kind and count, and a set that failed is refused again."""
+    calls: list[str] = []
+
+    def encode(text: str) -> list[int]:
+        calls.append(text)
+        return qwen_tokenizer.encode(text)
+
+    table = LabelTable(encode, "\n\n")
+    asks = [("noul", 0), ("score", 4), ("score", 10), ("choice", 2), ("choice", 26), ("choice", 40)]
+
+    def labels(t: LabelTable, kind: str, n: int):
+        return t.noul() if kind == "noul" else t.score(n) if kind == "score" else t.choice(n)
+
+    first = [labels(table, k, n) for k, n in asks]
+    encoded = len(calls)
+    again = [labels(table, k, n) for k, n in asks]
+    assert len(calls) == encoded, "a kept set encoded its labels again"
+    assert again == first
+    assert [labels(LabelTable(qwen_tokenizer.encode, "\n\n"), k, n) for k, n in asks] == first
+    table = LabelTable(_greedy(["\nA", "B", "C"]), "\n")  # "A" merges with the tail: not a token of its own
+    for _ in range(2):
+        with pytest.raises(LabelError, match=r"labels \['A'\] are not single tokens"):
+            table.choice(3)
