@@ -139,7 +139,7 @@ def build_meta(segments: tuple[Segment, ...], reads: tuple[Read, ...], num_rows:
     before = np.cumsum(lengths) - lengths  # rows of the segments before each, in segment order
     offset = np.arange(len(seg_of), dtype=np.int64) - np.repeat(before, lengths)
     rows = np.repeat(starts, lengths) + offset
-    # the binder packs segments back to back from row 0: their rows are then a slice, written without a scatter
+    # the binder packs segments back to back from row 0: their rows are a slice, written without a scatter
     at = slice(0, len(rows)) if np.array_equal(starts, before) else rows
     positions = np.zeros(num_rows, dtype=np.int64)
     positions[at] = np.repeat(np.array([s.pos0 for s in segments], dtype=np.int64), lengths) + offset
@@ -147,7 +147,7 @@ def build_meta(segments: tuple[Segment, ...], reads: tuple[Read, ...], num_rows:
     segment_ids[at] = seg_of
     conv_prev = np.full((num_rows, CONV_TAPS - 1), -1, dtype=np.int64)
     for k in range(1, CONV_TAPS):  # k or more rows into its segment, position p - k is k rows back in it
-        conv_prev[at, CONV_TAPS - 1 - k] = np.where(offset >= k, rows - k, -1)  # (a column: ~2x a [rows, 3] op)
+        conv_prev[at, CONV_TAPS - 1 - k] = np.where(offset >= k, rows - k, -1)  # a column: ~2x a [rows, 3] op
     for i, s in enumerate(segments):  # a segment's first rows reach back into its ancestors
         if s.length > 0 and s.pos0 > 0:
             back = _rows_before(segments, i, max(0, s.pos0 - (CONV_TAPS - 1)))  # the positions before pos0

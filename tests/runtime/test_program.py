@@ -156,3 +156,29 @@ def test_queue_routes_each_answer_to_its_caller(program) -> None:
     assert batches < 12  # callers shared replays
     with pytest.raises(RuntimeError, match="closed"):
         server.submit(question(0))
+
+
+def test_an_instances_rows_stack_to_its_widest_read_with_inf_past_each_reads_labels() -> None:
+    """`_stacked` stacks rows at least as wide as the instance's widest read in one op; a narrower row (a
+    sub-plan's bucket held fewer labels) is padded with -inf. Both give what the row-by-row copy gives."""
+    from types import SimpleNamespace
+
+    from flidec.runtime.binder import Plan
+    from flidec.runtime.program import _Answered, _stacked
+
+    def rowwise(rows: list[torch.Tensor], width: int) -> torch.Tensor:
+        out = torch.full((len(rows), width), float("-inf"))
+        for r, row in enumerate(rows):
+            out[r, : min(width, row.shape[0])] = row[:width]
+        return out
+
+    labels = [(1, 2), (3, 4, 5), (6,)]
+    plan = Plan([[1]], [-1], [(0, SimpleNamespace(labels=ls), f"q{k}") for k, ls in enumerate(labels)])
+    logits = torch.randn(3, 7)
+    logits[0, 2:], logits[2, 1:] = float("-inf"), float("-inf")
+    wide = [logits[0], logits[1], logits[2]]
+    narrow = [logits[0, :2], logits[1, :5], logits[2, :1]]
+    for rows in (wide, narrow):
+        got = _stacked(_Answered(plan, {}, list(rows)))
+        assert got.dtype == torch.float32 and torch.equal(got, rowwise(rows, 3))
+    assert _stacked(_Answered(Plan(), {}, [])).shape == (0, 0)
