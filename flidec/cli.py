@@ -16,6 +16,7 @@ from pathlib import Path
 
 from flidec.ir.errors import FlideError, SpecError
 from flidec.ir.tree import Ask, Node, Text, Tree
+from flidec.models import DEMO_MODEL
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -181,7 +182,8 @@ def inspect_artifact(m: dict) -> str:
 def add_compile(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("compile", help="compile a spec and a model into an artifact (no GPU needed)")
     p.add_argument("spec", metavar="SPEC", help=".flide file")
-    p.add_argument("--model", required=True, help="model directory or hub id")
+    p.add_argument("--model", default=None, help="model directory or hub id (default: the embedded demo model, "
+                   "flidec/models/demo)")
     p.add_argument("--target", required=True, choices=["sm_90", "cpu"], help="sm_90 (H100/H200) or cpu (the "
                    "reference executor)")
     p.add_argument("-o", "--out", required=True, metavar="OUT", help="the artifact directory (new or empty)")
@@ -205,7 +207,8 @@ def run_compile(args: argparse.Namespace) -> int:
             raise FlideError(f"--dump-ir {d}: expected after=PASS")
         after.append(d[len("after="):])
     try:
-        report = compile_artifact(args.spec, args.model, args.target, args.out, tree=args.tree,
+        model = args.model or str(DEMO_MODEL)
+        report = compile_artifact(args.spec, model, args.target, args.out, tree=args.tree,
                                   bundle_weights=args.bundle_weights, dump_after=after,
                                   disabled=args.disable_pass, time_passes=args.time_passes,
                                   kernel_cache=Path(args.kernel_cache) if args.kernel_cache else None)
@@ -260,7 +263,8 @@ def run_fmt(args: argparse.Namespace) -> int:
 def add_run(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="answer instances with an artifact, or a spec with the reference executor")
     p.add_argument("spec", metavar="SPEC", help=".flide file, or an artifact directory (flidec compile -o)")
-    p.add_argument("--model", help="model directory or hub id (for a .flide spec)")
+    p.add_argument("--model", help="model directory or hub id, for a .flide spec (default: the embedded demo "
+                   "model; an artifact brings its own)")
     p.add_argument("--instances", required=True, metavar="I.jsonl[.gz]", help="one instance per line")
     p.add_argument("--out", required=True, metavar="DIR", help="writes DIR/results.jsonl and DIR/summary.json")
     p.add_argument("--tree", help="the tree to run (needed when the spec has several)")

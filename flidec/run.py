@@ -26,6 +26,7 @@ from flidec.frontend import load_spec
 from flidec.ir.errors import FlideError, InstanceError
 from flidec.ir.instance import validate_instance
 from flidec.ir.tree import Spec, Tree
+from flidec.models import DEMO_MODEL
 from flidec.models.qwen3_5 import Qwen35
 from flidec.models.tokenizer import load_tokenizer
 from flidec.models.weights import resolve_model
@@ -172,9 +173,8 @@ def run(spec_path: str, model: str | None, instances_path: str, out_dir: str, *,
         answerer = ArtifactAnswerer(Path(spec_path), tree, device, dtype, served_name)
         chosen = answerer.tree
     else:
-        if model is None:
-            raise FlideError("--model is needed to run a .flide spec (an artifact directory brings its own)")
         spec, _ = load_spec(spec_path)
+        model = model or str(DEMO_MODEL)
         chosen = pick_tree(spec, tree)
         answerer = Answerer(spec, chosen, model, device, dtype, served_name)
     out.mkdir(parents=True, exist_ok=True)

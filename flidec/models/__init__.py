@@ -1,0 +1,9 @@
+"""Models: configs, weights and tokenizers from Hugging Face layouts, the compact Qwen3.5, and the embedded
+demo model."""
+
+from pathlib import Path
+
+# The demo decision model shipped in the package (issue 7): a 7.6M-parameter Qwen3.5 trained by
+# tools/train_demo.py on synthetic System One requests; `flidec compile` and `flidec run` default to it.
+# What it knows and how well: demo/MODEL_CARD.md.
+DEMO_MODEL = Path(__file__).with_name("demo")

@@ -17,7 +17,7 @@ BAD = 'model qwen3_5\nformat next_token(style="vllm")\ntree t {\n  state s: text
 
 def test_check_examples_ok(capsys):
     assert main(["check", *EXAMPLES]) == 0
-    assert capsys.readouterr().out == "ok: 5 trees\n"
+    assert capsys.readouterr().out == "ok: 6 trees\n"
 
 
 def test_check_reports_every_error_with_caret_and_hint(tmp_path, capsys):
@@ -96,4 +96,4 @@ def test_console_script():
     exe = shutil.which("flidec", path=str(Path(sys.executable).parent))
     assert exe is not None
     r = subprocess.run([exe, "check", *EXAMPLES], capture_output=True, text=True, timeout=60, check=False)
-    assert (r.returncode, r.stdout) == (0, "ok: 5 trees\n")
+    assert (r.returncode, r.stdout) == (0, "ok: 6 trees\n")

@@ -16,8 +16,8 @@ EXAMPLES = sorted((ROOT / "examples").glob("*.flide"))
 GOLDEN = Path(__file__).parent / "golden"
 
 
-def test_the_five_examples_exist():
-    assert [p.stem for p in EXAMPLES] == ["classifier", "lookahead", "planner", "systemone", "tool_router"]
+def test_the_six_examples_exist():
+    assert [p.stem for p in EXAMPLES] == ["classifier", "demo", "lookahead", "planner", "systemone", "tool_router"]
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
