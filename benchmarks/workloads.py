@@ -13,13 +13,18 @@ token lengths but never the number of questions, options or branches:
   of ~60 tokens (3 asks each) with 2 imagined outcomes of ~40 tokens (1 ask each);
 - lookahead: 8 instances of examples/lookahead.flide: a ~950-token context (the spec bounds it at 1,024,
   so not the issue's ~2,000), a start question, then 6 levels of fan-out 2 with one question per node;
-- independent: 256 single-question System One requests with states of 40-400 tokens.
+- independent: 256 single-question System One requests with states of 40-400 tokens;
+- demo: 96 single-question requests of examples/demo.flide drawn by tools/demo_data.py (seed 5000 + seed,
+  a set no training or held-out run uses): tickets, logs, reviews, agent steps and order records, the only
+  states the embedded demo model knows, so its answers are confident and the exactness columns mean
+  something there (issue 7). Not cut from prose; `scale` shrinks the count only.
 """
 
 from __future__ import annotations
 
 import json
 import random
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -300,6 +305,16 @@ def independent(count: CountTokens, seed: int, scale: float) -> Workload:
     return Workload("independent", EXAMPLES / "systemone.flide", "systemone", tuple(instances))
 
 
+def demo(count: CountTokens, seed: int, scale: float) -> Workload:
+    tools = str(Path(__file__).resolve().parent.parent / "tools")
+    if tools not in sys.path:
+        sys.path.insert(0, tools)
+    from demo_data import generate  # tools/ is a folder of scripts, not an installed package
+
+    requests = tuple(ex.request() for ex in generate(5000 + seed, _scaled(96, scale), 0.0))
+    return Workload("demo", EXAMPLES / "demo.flide", "systemone", requests)
+
+
 BUILDERS: dict[str, Callable[[CountTokens, int, float], Workload]] = {
     "quality": lambda c, s, k: reading("quality", c, s, k, states=24, tokens=5000, questions=9),
     "race": lambda c, s, k: reading("race", c, s, k, states=96, tokens=450, questions=4),
@@ -307,6 +322,7 @@ BUILDERS: dict[str, Callable[[CountTokens, int, float], Workload]] = {
     "planner": planner,
     "lookahead": lookahead,
     "independent": independent,
+    "demo": demo,
 }
 
 

@@ -29,7 +29,7 @@ def test_prose_is_english_paragraphs():
     assert len(corpus_sha256()) == 64
 
 
-@pytest.mark.parametrize("name", ["quality", "race", "mixed", "planner", "lookahead", "independent"])
+@pytest.mark.parametrize("name", ["quality", "race", "mixed", "planner", "lookahead", "independent", "demo"])
 def test_same_seed_same_instances(count, name):
     a = build_workload(name, count, seed=3, scale=0.05)
     b = build_workload(name, count, seed=3, scale=0.05)
@@ -101,3 +101,17 @@ def test_work_token_accounting(count, qwen_tokenizer):
     sysone = _work(build_workload("race", count, scale=0.02), qwen_tokenizer)
     ids = list(range(sysone.instances))
     assert sysone.tokens(ids, "one-level") == sysone.tokens(ids, "tree") < sysone.tokens(ids, "solo")
+
+
+def test_demo_requests_bind_through_the_demo_spec_with_the_demo_tokenizer(count) -> None:
+    """The demo workload: in-domain System One requests of examples/demo.flide, one question each, that the
+    embedded demo model's own tokenizer binds."""
+    from flidec.models import DEMO_MODEL
+    from flidec.models.tokenizer import load_tokenizer
+
+    demo = build_workload("demo", count, scale=0.25)
+    assert demo.spec.name == "demo.flide" and len(demo.instances) == 24
+    assert all(len(i["questions"]) == 1 for i in demo.instances)
+    assert {q["type"] for i in demo.instances for q in i["questions"].values()} == {"noul", "choice", "score"}
+    work = _work(demo, load_tokenizer(DEMO_MODEL))
+    assert work.instances == 24 and len(work.reads) == 24
