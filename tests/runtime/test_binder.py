@@ -98,6 +98,11 @@ def check_paths(tree: Tree, instances: list, fmt: NextTokenFormat, qwen_tokenize
         expected = expected_prompts(tree, inst, fmt)
         assert sorted(p for k, p in seen if k == i) == sorted(expected)
         for path, content in expected.items():
+            if any(special in content for special in qwen_tokenizer.special_tokens):
+                # user text spelling a special token (Hypothesis draws the source's own literals, such as
+                # "<think>") stays plain text in flidec by design (tokenizer.py's docstring), where the
+                # whole-string reference would make it the control token: test_next_token covers that case
+                continue
             assert seen[i, path] == encode_chat(qwen_tokenizer, content), path
 
 
