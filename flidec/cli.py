@@ -207,7 +207,7 @@ def run_compile(args: argparse.Namespace) -> int:
             raise FlideError(f"--dump-ir {d}: expected after=PASS")
         after.append(d[len("after="):])
     try:
-        model = args.model or str(DEMO_MODEL)
+        model = args.model or _demo_model()
         report = compile_artifact(args.spec, model, args.target, args.out, tree=args.tree,
                                   bundle_weights=args.bundle_weights, dump_after=after,
                                   disabled=args.disable_pass, time_passes=args.time_passes,
@@ -281,13 +281,22 @@ def add_run(sub: argparse._SubParsersAction) -> None:
 def run_run(args: argparse.Namespace) -> int:
     from flidec.run import run
 
-    summary = run(args.spec, args.model, args.instances, args.out, tree=args.tree, device=args.device,
+    model = args.model or (None if Path(args.spec).is_dir() else _demo_model())  # an artifact brings its own
+    summary = run(args.spec, model, args.instances, args.out, tree=args.tree, device=args.device,
                   dtype=args.dtype, max_stream_tokens=args.max_stream_tokens, served_name=args.served_name,
                   progress=not args.quiet)
     print(f"{summary.answered} answered, {summary.failed} failed, {summary.questions} questions in "
           f"{summary.wall_s:.1f} s ({summary.questions_per_s:.1f} questions/s); results in "
           f"{Path(args.out) / 'results.jsonl'}")
     return 0
+
+
+def _demo_model() -> str:
+    """The default --model, said on stderr: a spec's errors then read as the demo model's limits (such as its
+    47 single-token labels), not as the spec's."""
+    print(f"flidec: no --model: using the embedded demo model ({DEMO_MODEL}; its MODEL_CARD.md says what it "
+          "knows)", file=sys.stderr)
+    return str(DEMO_MODEL)
 
 
 COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_check, add_inspect, add_fmt, add_run,

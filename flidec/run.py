@@ -174,7 +174,7 @@ def run(spec_path: str, model: str | None, instances_path: str, out_dir: str, *,
         chosen = answerer.tree
     else:
         spec, _ = load_spec(spec_path)
-        model = model or str(DEMO_MODEL)
+        model = model or str(DEMO_MODEL)  # the CLI says so on stderr
         chosen = pick_tree(spec, tree)
         answerer = Answerer(spec, chosen, model, device, dtype, served_name)
     out.mkdir(parents=True, exist_ok=True)

@@ -41,3 +41,18 @@ def test_pass_flags_are_checked(tmp_path, tiny_checkpoint, capsys):
     assert "--disable-pass no_such_pass: no such pass" in capsys.readouterr().err
     assert compile_cpu(tmp_path, tiny_checkpoint, "b", "--disable-pass", "fold_prompt_text") == 1
     assert "turns tree IR into template IR" in capsys.readouterr().err
+
+
+def test_without_model_compile_says_it_uses_the_demo_model_before_the_demo_s_limits(tmp_path, capsys):
+    """systemone.flide asks for up to 255 options; the demo tokenizer has 47 single-token labels. The default
+    is said first, so the error reads as the model's limit."""
+    assert main(["compile", str(EXAMPLES / "systemone.flide"), "--target", "cpu", "-o", str(tmp_path / "a")]) != 0
+    err = capsys.readouterr().err
+    note = err.index("no --model: using the embedded demo model")
+    assert note < err.index("single-token labels for 47 options, not 255")
+    assert main(["compile", str(EXAMPLES / "demo.flide"), "--target", "cpu", "-o", str(tmp_path / "b")]) == 0
+    src = tmp_path / "i.jsonl"
+    src.write_text((EXAMPLES / "demo.jsonl").read_text())
+    capsys.readouterr()
+    assert main(["run", str(tmp_path / "b"), "--instances", str(src), "--out", str(tmp_path / "r"), "--quiet"]) == 0
+    assert "demo model" not in capsys.readouterr().err  # an artifact brings its own model
