@@ -14,7 +14,7 @@ import pytest
 import torch
 from demo_data import KINDS, NOISE, generate, reshuffle
 from demo_eval import BARS, accuracy, expected_calibration_error, order_sensitivity
-from demo_render import set_examples
+from demo_render import MAX_LABELS, set_examples
 
 from flidec.cli import main
 from flidec.models import DEMO_MODEL
@@ -48,9 +48,10 @@ def sample_examples() -> list:
 
 
 def label_probs(program, examples: list) -> np.ndarray:
-    """Each request's label probabilities [N, 26] (softmax over its labels, zeros past them), via flidec."""
+    """Each request's label probabilities [N, MAX_LABELS] (softmax over its labels, zeros past them), via
+    flidec."""
     got = program.label_logits([ex.request() for ex in examples])
-    out = np.zeros((len(examples), 26))
+    out = np.zeros((len(examples), MAX_LABELS))
     for i, logits in enumerate(got):
         assert isinstance(logits, torch.Tensor), logits  # an error record otherwise
         out[i, : logits.shape[1]] = torch.softmax(logits[0].double(), 0).numpy()
@@ -67,7 +68,8 @@ def test_the_package_ships_a_3_to_1_demo_of_at_most_30m_parameters_within_25_mb(
     kinds = config["layer_types"]
     assert kinds.count("linear_attention") == 3 * kinds.count("full_attention") > 0
     with safe_open(DEMO_MODEL / "model.safetensors", "pt") as f:
-        params = sum(int(np.prod(f.get_slice(name).get_shape())) for name in f.keys())
+        names = f.keys()  # a safetensors handle is not iterable itself
+        params = sum(int(np.prod(f.get_slice(name).get_shape())) for name in names)
     assert params <= 30_000_000
 
 
