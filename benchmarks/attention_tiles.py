@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks import tiles as sweep_tiles
 from benchmarks.source import ensure_flidec
 from benchmarks.tiles import forest, forest_sweep, measure_forests, parse_variant, path_rows, time_graph
 
@@ -54,9 +55,11 @@ def attend(table, stream):
 
     q, k, v, gate = (table[n][stream.tokens].to(DEVICE) for n in ("q", "k", "v", "gate"))
     out = torch.full(q.shape, float("nan"), dtype=q.dtype, device=DEVICE)
-    levels = tables.path_levels(stream.meta).to(DEVICE)
+    s = sweep_tiles.BUCKET_SEGMENTS
+    levels = tables.path_levels(stream.meta, num_segments=s or None).to(DEVICE)
     spec = attention_spec(q, k, v, gate, out, levels.shape[1])
-    tiles = tables.query_tiles(stream.meta, spec.tiles.block_m).to(DEVICE)
+    bound = tables.max_query_tiles(sweep_tiles.bucket_rows(stream.meta), s, spec.tiles.block_m) if s else None
+    tiles = tables.query_tiles(stream.meta, spec.tiles.block_m, bound).to(DEVICE)
 
     def run() -> None:
         eager.launch(fork_attention_kernel, spec.grid(tiles.shape[0]), q, k, v, gate, out, tiles, levels,

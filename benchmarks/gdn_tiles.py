@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks import tiles
 from benchmarks.source import ensure_flidec
 from benchmarks.tiles import forest, forest_sweep, measure_forests, parse_variant, path_rows, time_graph
 
@@ -46,13 +47,15 @@ def forest_inputs(name: str, seed: int = 0):
 def layer(table, stream):
     """One layer's calls on `stream`, with the tensors they need (all on the GPU)."""
     from flidec.codegen import gdn
-    from flidec.runtime.tables import gdn_tables
+    from flidec.runtime.tables import gdn_tables, max_chunks
 
     tokens = stream.tokens
     q, k, v, g, beta = (table[n][tokens].to(DEVICE) for n in ("q", "k", "v", "g", "beta"))
     out = torch.full(v.shape, float("nan"), dtype=v.dtype, device=DEVICE)
     spec = gdn.gdn_spec(q, k, v, g, beta, out, fused_gate=False)
-    tables = gdn_tables(stream.meta)
+    s = tiles.BUCKET_SEGMENTS
+    tables = (gdn_tables(stream.meta, len(stream.meta.levels), s, s, max_chunks(tiles.bucket_rows(stream.meta), s))
+              if s else gdn_tables(stream.meta))
     slots = gdn.slot_buffer(tables.num_slots, HV, D, D, DEVICE)
     work = gdn.ChunkWork.empty(tables.num_chunks, spec, DEVICE)
     items, tails, chunks = (t.to(DEVICE) for t in (tables.items, tables.tails, tables.chunks))

@@ -10,7 +10,7 @@ path packs them, for `NAME*N`), measures (medians of 10, milliseconds): the whol
 `Program.label_logits` call (validation, binding, packing, meta fill, copy, replay, read), `run_stream` of
 the already bound stream (no binding), the meta fill alone, and the graph replay alone (CUDA events); then
 profiles one eager pass with torch.profiler (CUPTI sees cuda.core launches like any other) and lists the
-kernels by total device time. With `--concurrent NAME*N`, first (with only the graph program loaded) N
+kernels by total device time, with each call of the per-layer attention and Gated DeltaNet kernels. With `--concurrent NAME*N`, first (with only the graph program loaded) N
 instances of a workload (its instances repeated in order) go through one `label_logits` call, the offline
 path with all N in flight: wall time and peak GPU memory (torch's allocator: the arena, weights, staging and
 results; cuda.core allocates nothing). Writes the report as JSON (`--out`) and prints it. A diagnostic for the
@@ -61,7 +61,12 @@ def replay_ms(graph, n: int = 10) -> float:
     return round(start.elapsed_time(stop) / n, 3)
 
 
-def kernel_table(engine, key: str, top: int = 14) -> list[dict]:
+# Kernels whose every call's time is listed as well: the per-layer launches whose grids a bucket sizes.
+PER_CALL = ("fork_attention_kernel", "gdn_prep_kernel", "gdn_state_kernel", "gdn_out_kernel")
+
+
+def kernel_table(engine, key: str, top: int = 14) -> tuple[list[dict], dict[str, list[float]]]:
+    """The `top` kernels by device time, and each call's microseconds of the PER_CALL kernels, in order."""
     from torch.profiler import ProfilerActivity, profile
 
     engine._launch_all(key)
@@ -75,7 +80,11 @@ def kernel_table(engine, key: str, top: int = 14) -> list[dict]:
         if us:
             rows.append({"kernel": e.key[:80], "calls": e.count, "total_us": round(us, 1)})
     rows.sort(key=lambda r: -r["total_us"])
-    return rows[:top]
+    calls: dict[str, list[float]] = {name: [] for name in PER_CALL}
+    for e in prof.events():
+        if e.name in calls:
+            calls[e.name].append(round(getattr(e, "device_time", None) or getattr(e, "cuda_time", 0), 1))
+    return rows[:top], calls
 
 
 def profile_instances(graphs, eager, insts: list[dict]) -> dict:
@@ -97,7 +106,7 @@ def profile_instances(graphs, eager, insts: list[dict]) -> dict:
         "replay_ms": replay_ms(graphs.engine.graphs[key]),
         "eager_ms": median_ms(lambda: eager.engine._launch_all(key)),
         "launches": len(eager.engine.resolve(key)),
-        "kernels": kernel_table(eager.engine, key),
+        **dict(zip(("kernels", "per_call_us"), kernel_table(eager.engine, key), strict=True)),
     }
 
 
@@ -157,9 +166,12 @@ def main(argv: list[str] | None = None) -> int:
         insts = build_workload(workload, lambda s: len(tokenizer.encode(s))).instances[: int(count or 1)]
         entry = profile_instances(graphs, eager, list(insts))
         report["workloads"][name] = entry
-        print(json.dumps({name: {k: v for k, v in entry.items() if k != "kernels"}}), flush=True)
+        print(json.dumps({name: {k: v for k, v in entry.items() if k not in ("kernels", "per_call_us")}}),
+              flush=True)
         for row in entry["kernels"]:
             print(f"   {row['total_us']:>10.1f} us  {row['calls']:>4}x  {row['kernel']}", flush=True)
+        for kernel, us in entry["per_call_us"].items():
+            print(f"   {kernel}: first calls {us[:4]} us", flush=True)
     if args.out:
         args.out.write_text(json.dumps(report, indent=1) + "\n")
     return 0

@@ -24,7 +24,11 @@ FORESTS = {
     "quality": [(-1, 5000)] + [(0, 120)] * 9,
     "race": [node for s in range(8) for node in [(-1, 450)] + [(5 * s, 40)] * 4],
     "tiny": [(-1, 130), (0, 20), (0, 70)],
+    "independent": [(-1, 150), (0, 24)],  # one question on a short state: the harness's independent rows
 }
+# --bucket-segments S: the fork stream's tables sized as a runtime bucket of S segments sizes them (its rows
+# rounded up to 64), padding work included, as a small request meets them; 0: sized to the stream itself.
+BUCKET_SEGMENTS = 0
 
 
 def forest(name: str):
@@ -79,12 +83,22 @@ def forest_sweep(argv: list[str] | None, script: str, doc: str, tiles_help: str,
     p.add_argument("--variants", default="", help=tiles_help)
     p.add_argument("--forests", default="quality,race", help=f"comma-separated, of {', '.join(FORESTS)}")
     p.add_argument("--heads", default=heads, help=heads_help)
+    p.add_argument("--bucket-segments", type=int, default=0,
+                   help="size the tables as a bucket of this many segments does (0: to the stream)")
     p.add_argument("--out", type=Path)
     p.add_argument("--child", action="store_true", help="measure the one variant given here, in this process")
     args = p.parse_args(argv)
     if args.child:
+        global BUCKET_SEGMENTS
+        BUCKET_SEGMENTS = args.bucket_segments
         return measure_variant(args.variants, args.forests.split(","), parse_heads(args.heads))
-    return sweep(script, args.variants, args.out, ["--forests", args.forests, "--heads", args.heads])
+    return sweep(script, args.variants, args.out, ["--forests", args.forests, "--heads", args.heads,
+                                                   "--bucket-segments", str(args.bucket_segments)])
+
+
+def bucket_rows(meta) -> int:
+    """The rows of the smallest 64-row bucket holding `meta`'s stream."""
+    return -(-meta.num_rows // 64) * 64
 
 
 def measure_forests(names: list[str], inputs: Callable, measure: Callable[..., dict]) -> list[dict]:
@@ -92,7 +106,8 @@ def measure_forests(names: list[str], inputs: Callable, measure: Callable[..., d
     report = []
     for name in names:
         nodes, table, stream = inputs(name)
-        row = {"forest": name, "rows": stream.meta.num_rows, **measure(nodes, table, stream)}
+        row = {"forest": name, "rows": stream.meta.num_rows, "bucket_segments": BUCKET_SEGMENTS,
+               **measure(nodes, table, stream)}
         report.append(row)
         print(json.dumps(row), flush=True)
     return report

@@ -111,6 +111,8 @@ def fork_attention_kernel(
     row0 = tl.load(tiles_ptr + tile * 4 + 1)
     qpos0 = tl.load(tiles_ptr + tile * 4 + 2)
     count = tl.load(tiles_ptr + tile * 4 + 3)
+    if count == 0:  # a padding tile: a bucket's grid holds a small stream's few tiles and many of these
+        return
     key_end = qpos0 + count  # keys at or past it are past every query of the tile
 
     # The tile's rows are the aligned positions [base, base + BLOCK_M); only [qpos0, key_end) are its own.
@@ -126,12 +128,11 @@ def fork_attention_kernel(
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
     qk_scale = sm_scale * 1.4426950408889634  # exp(x) = exp2(x * log2(e))
-    # The same key tiles for a query whatever its tile's count: up to the tile's aligned end. A padding tile
-    # (count 0) walks none and stores nothing. Key tiles wholly before `base` precede every row of the tile
-    # and are the tile's own keys (key_end > qpos0 >= base): no mask.
-    live = (count > 0).to(tl.int32)
-    num_key_tiles = tl.cdiv(base + BLOCK_M, BLOCK_N) * live
-    num_open = (base // BLOCK_N) * live
+    # The same key tiles for a query whatever its tile's count: up to the tile's aligned end. Key tiles wholly
+    # before `base` precede every row of the tile and are the tile's own keys (key_end > qpos0 >= base): no
+    # mask.
+    num_key_tiles = tl.cdiv(base + BLOCK_M, BLOCK_N)
+    num_open = base // BLOCK_N
     for j in range(num_open):
         m_i, l_i, acc = _key_tile(q, m_i, l_i, acc, j, k_ptr, v_ptr, levels_ptr, seg, kv_head, qpos, key_end,
                                   qk_scale, K_ST, K_SH, V_ST, V_SH, HEAD_DIM, BLOCK_N, DEPTH, False)
@@ -139,7 +140,7 @@ def fork_attention_kernel(
         m_i, l_i, acc = _key_tile(q, m_i, l_i, acc, j, k_ptr, v_ptr, levels_ptr, seg, kv_head, qpos, key_end,
                                   qk_scale, K_ST, K_SH, V_ST, V_SH, HEAD_DIM, BLOCK_N, DEPTH, True)
 
-    # l_i > 0 wherever a key was walked; a padding tile walked none and stores nothing
+    # l_i > 0 at every row of the tile's own (each walks at least its own key); other rows store nothing
     out = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]
     if HAS_GATE:
         g = tl.load(gate_ptr + qrow[:, None] * G_ST + head * G_SH + offs_d[None, :], mask=qvalid[:, None],

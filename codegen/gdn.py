@@ -226,6 +226,8 @@ def gdn_state_kernel(
     dst = tl.load(fields + F_DST)
     first = tl.load(fields + F_FIRST)
     total = tl.load(fields + F_TAIL) + tl.load(fields + F_LENGTH)
+    if total == 0:  # a padding item (slots -1): a bucket's grid holds a level's few items and many of these
+        return
     n_full = total // CHUNK
 
     offs_c = tl.arange(0, CHUNK)
