@@ -6,8 +6,9 @@ tokenizer files, the weights and, for a GPU target, the recordings and kernel re
 that plans instances from the template (tokenizing only the bound text; runtime/templates.py), splits an
 instance over the largest bucket at tree boundaries (`split_plan`: sub-plans that each keep their reads'
 whole paths; E1 makes the merged reads the bits of the whole), packs consecutive instances or sub-plans into
-the smallest bucket that fits, runs the streams and returns, per instance, its answer object
-(runtime/answers.py) or `{"error": {...}}` (a read whose path alone is over the largest bucket is one).
+streams (each cut where it costs least per used row, in the smallest bucket that fits), runs the streams
+and returns, per instance, its answer object (runtime/answers.py) or `{"error": {...}}` (a read whose path
+alone is over the largest bucket is one).
 Two engines run a bound stream: on CUDA, `GraphEngine` fills the bucket's meta region on the host, copies it
 to the arena in one piece and replays the bucket's CUDA graph, captured from the recording's launches at the
 bucket's first use (runtime/buffers.py, runtime/launch.py; nothing is traced, compiled or tuned), then
@@ -25,6 +26,9 @@ import threading
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
+from functools import reduce
+from itertools import accumulate, chain
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -47,6 +51,10 @@ from flidec.runtime.next_token import NextTokenFormat
 from flidec.runtime.templates import _TemplateWalker
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+# A replay's fixed cost in rows, for choosing which pieces share a stream (`_groups`): ~4.5 ms fixed over
+# ~5 us a row (r192 4.9 ms, r1024 8.7 ms, r6144 34.5 ms), measured on the H200 for Qwen3.5-0.8B shapes at
+# 67d2c56 (BENCHMARKS.md).
+FIXED_ROWS = 1024
 
 
 def error_record(e: FlideError) -> dict:
@@ -519,20 +527,37 @@ def _stacked(a: _Answered) -> torch.Tensor:
 
 
 def _groups(pieces: Iterable[_Piece], t: TreeRuntime) -> Iterator[tuple[list[_Piece], Bucket | None]]:
-    """Consecutive pieces per stream while they fit the largest bucket, each group in the smallest bucket
-    that holds it; a piece that fits no bucket (on the reference engine only) goes alone (bucket None)."""
-    largest = t.largest
+    """The pieces in streams, in order, each stream in the smallest bucket that holds it. Consecutive pieces
+    are gathered while together they fit the largest bucket; once the next one would not (or none is left),
+    a stream takes the prefix of the gathered pieces that costs least per used row, (its bucket's rows +
+    FIXED_ROWS) / its rows, the longer on a tie, and the rest stay gathered. Taking them all would often land
+    just past a rung of the ladder: six QuALITY-like instances of 6,106 rows (36,636) pad r49152 by a quarter
+    where four fill r24576. A piece that fits no bucket (reference engine only) goes alone (bucket None).
+    Only the gathered pieces are held, so each piece is planned just before the stream that needs it."""
     group: list[_Piece] = []
-    need: Sizes | None = None
-    for p in pieces:
-        both = p.sizes if need is None else combine(need, p.sizes)
-        if group and not _fits(both, largest):
-            yield group, t.program.bucket_for(need)  # type: ignore[arg-type]
-            group, both = [], p.sizes
-        group.append(p)
-        need = both
-    if group:
-        yield group, t.program.bucket_for(need)  # type: ignore[arg-type]
+    for p in chain(pieces, [None]):  # None: the end, which sends whatever is gathered
+        while group and (p is None or not _fits(_need([*group, p]), t.largest)):
+            k, bucket = _cheapest_prefix(group, t)
+            yield group[:k], bucket
+            group = group[k:]
+        if p is not None and not _fits(p.sizes, t.largest):
+            yield [p], None
+        elif p is not None:
+            group.append(p)
+
+
+def _need(pieces: list[_Piece]) -> Sizes:
+    return reduce(combine, (p.sizes for p in pieces))
+
+
+def _cheapest_prefix(group: list[_Piece], t: TreeRuntime) -> tuple[int, Bucket]:
+    """The length of the prefix of `group` (all of which fits the largest bucket) with the least
+    (bucket rows + FIXED_ROWS) / used rows, the longest of those, and its bucket."""
+    needs = list(accumulate((p.sizes for p in group), combine))
+    buckets = [t.program.bucket_for(n) for n in needs]
+    cost = [Fraction(b.rows + FIXED_ROWS, n.rows) for b, n in zip(buckets, needs)]  # type: ignore[union-attr]
+    k = min(range(len(group)), key=lambda k: (cost[k], -k))
+    return k + 1, buckets[k]  # type: ignore[return-value]
 
 
 def _padded(stream: Stream, rows: int) -> Stream:
