@@ -3,7 +3,7 @@
 Consumes q [T, Hq, D], k/v [T, Hkv, D] (rows of the stream, head dim contiguous), an optional output gate
 [T, Hq, D], and two tables from codegen/tables.py (query tiles, path levels); produces out [T, Hq, D] in
 q's dtype (out * sigmoid(gate) when gated), written only at segment rows.
-One program per (query tile, q head). A query tile is block_m consecutive logical positions of one
+One program per (q head, query tile). A query tile is block_m consecutive logical positions of one
 segment, aligned to multiples of block_m; it walks its path's keys in tiles of block_n logical positions
 aligned to multiples of block_n, mapping each key position to its stream row through the path levels (a key
 tile may straddle a fork point), with an online softmax in fp32.
@@ -104,8 +104,8 @@ def fork_attention_kernel(
     DEPTH: tl.constexpr,
     HAS_GATE: tl.constexpr,
 ):
-    tile = tl.program_id(0)
-    head = tl.program_id(1)
+    head = tl.program_id(0)
+    tile = tl.program_id(1)
     kv_head = head // GROUP
     seg = tl.load(tiles_ptr + tile * 4)
     row0 = tl.load(tiles_ptr + tile * 4 + 1)
@@ -186,7 +186,9 @@ class AttentionSpec:
         }
 
     def grid(self, num_tiles: int) -> tuple[int, int]:
-        return (num_tiles, self.num_q_heads)
+        # heads first: blocks are dispatched first axis fastest, so the live tiles (they come first) start
+        # in the first wave and a bucket's padding tiles return while they run
+        return (self.num_q_heads, num_tiles)
 
 
 def attention_spec(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gate: torch.Tensor | None,

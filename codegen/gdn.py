@@ -8,12 +8,12 @@ state slots that deeper levels start from.
 Work items are segments; an item's chunks are CHUNK absolute positions each, the first gathering the
 ancestors' tail rows by index before the segment's own rows, so a branch forking inside a chunk recomputes
 only that chunk. The work splits as in flash-linear-attention's chunked kernels (GdnSpec.calls):
-- `gdn_prep_kernel`, one launch over every chunk of every level at once, one program per (chunk slot, value
-  head): all that does not depend on the state entering the chunk, in fp32 (the reference's WY/UT form):
+- `gdn_prep_kernel`, one launch over every chunk of every level at once, one program per (value head, chunk
+  slot): all that does not depend on the state entering the chunk, in fp32 (the reference's WY/UT form):
   q, k L2-normalised (q also scaled), decays from the in-chunk cumulative sum of g, the masked in-chunk
   attention, q e^cum, k e^(last - cum), the chunk's total decay, the unit lower triangular system inverted
   blockwise, and from it w and u, written to the ChunkWork;
-- `gdn_state_kernel`, one launch per tree level, one program per (item, value head, BLOCK_V value columns):
+- `gdn_state_kernel`, one launch per tree level, one program per (value head and BLOCK_V value columns, item):
   the state's walk, two dependent products per chunk, from the item's src slot (or zeros), saving the state
   entering each chunk and v_new, and after its last full chunk its dst slot;
 - `gdn_out_kernel`, one launch over every chunk slot: out = qe S + attn v_new, independent per chunk.
@@ -141,8 +141,8 @@ def gdn_prep_kernel(
     cum the in-chunk cumulative log-decay, w = T (beta k e^cum) and u = T (beta v) (T the inverse of the unit
     lower triangular WY system), qe = q e^cum, ke = k e^(cum_last - cum), attn = (q k^T) * e^(cum_i - cum_j)
     masked to j <= i, and decay = e^cum_last."""
-    slot = tl.program_id(0)
-    hv = tl.program_id(1)
+    hv = tl.program_id(0)
+    slot = tl.program_id(1)
     hk = hv // GROUP
     item = tl.load(chunks_ptr + slot * 2)
     if item < 0:
@@ -219,8 +219,8 @@ def gdn_state_kernel(
     """The state's walk along one segment for one value head and BLOCK_V value columns, two dependent
     products per chunk: states[chunk] = S, v_new = u - w S (written over u), S <- decay S + ke^T v_new (full
     chunks only)."""
-    item = item_base + tl.program_id(0)
-    hv = tl.program_id(1) // (DV // BLOCK_V)
+    item = item_base + tl.program_id(1)
+    hv = tl.program_id(0) // (DV // BLOCK_V)
     fields = items_ptr + item * NUM_FIELDS
     src = tl.load(fields + F_SRC)
     dst = tl.load(fields + F_DST)
@@ -232,7 +232,7 @@ def gdn_state_kernel(
 
     offs_c = tl.arange(0, CHUNK)
     offs_k = tl.arange(0, DK)
-    offs_v = (tl.program_id(1) % (DV // BLOCK_V)) * BLOCK_V + tl.arange(0, BLOCK_V)
+    offs_v = (tl.program_id(0) % (DV // BLOCK_V)) * BLOCK_V + tl.arange(0, BLOCK_V)
     state_at = (hv * DK + offs_k[:, None]) * DV + offs_v[None, :]
     slot_size = HV * DK * DV
     state = tl.load(slots_ptr + tl.maximum(src, 0).to(tl.int64) * slot_size + state_at,
@@ -269,8 +269,8 @@ def gdn_out_kernel(
 ):
     """One chunk's outputs for one value head and BLOCK_O value columns: out = qe S + attn v_new, at the
     item's own rows (tail rows are the ancestors': they wrote them themselves)."""
-    slot = tl.program_id(0)
-    hv = tl.program_id(1) // (DV // BLOCK_O)
+    slot = tl.program_id(1)
+    hv = tl.program_id(0) // (DV // BLOCK_O)
     item = tl.load(chunks_ptr + slot * 2)
     if item < 0:
         return
@@ -278,7 +278,7 @@ def gdn_out_kernel(
 
     offs_c = tl.arange(0, CHUNK)
     offs_k = tl.arange(0, DK)
-    offs_v = (tl.program_id(1) % (DV // BLOCK_O)) * BLOCK_O + tl.arange(0, BLOCK_O)
+    offs_v = (tl.program_id(0) % (DV // BLOCK_O)) * BLOCK_O + tl.arange(0, BLOCK_O)
     at = slot.to(tl.int64) * HV + hv
     state = tl.load(states_ptr + (at * DK + offs_k[:, None]) * DV + offs_v[None, :])
     o = tl.dot(tl.load(qe_ptr + (at * CHUNK + offs_c[:, None]) * DK + offs_k[None, :]), state,
@@ -354,14 +354,17 @@ class GdnSpec:
         return {"O_ST": o_st, "O_SH": o_sh, "HV": self.num_v_heads, "DK": self.key_dim, "DV": self.value_dim,
                 "BLOCK_O": self.tiles.block_o, "CHUNK": CHUNK, **self._fields(), "DOT_OUT": self.tiles.out_dot}
 
+    # Heads (and value blocks) are the grid's first axis, work slots its second: blocks are dispatched first
+    # axis fastest, so a stream's few live slots (they come first) start in the first wave, and the padding
+    # slots a bucket's grid is sized for return while those run instead of queueing ahead of them.
     def prep_grid(self, num_chunks: int) -> tuple[int, int]:
-        return (num_chunks, self.num_v_heads)
+        return (self.num_v_heads, num_chunks)
 
     def state_grid(self, per_level: int) -> tuple[int, int]:
-        return (per_level, self.num_v_heads * (self.value_dim // self.tiles.block_v))
+        return (self.num_v_heads * (self.value_dim // self.tiles.block_v), per_level)
 
     def out_grid(self, num_chunks: int) -> tuple[int, int]:
-        return (num_chunks, self.num_v_heads * (self.value_dim // self.tiles.block_o))
+        return (self.num_v_heads * (self.value_dim // self.tiles.block_o), num_chunks)
 
     def calls(self, num_chunks: int, levels: int, per_level: int, q, k, v, g, beta, a_log, dt_bias, items,
               tails, chunks, work: ChunkWork, out, slots) -> list[GdnCall]:

@@ -66,9 +66,9 @@ def test_gdn_launches_a_prep_one_state_walk_per_level_then_the_outputs_on_the_bu
     chunks = BUCKET.rows // 64 + 2 * BUCKET.segments  # tables.max_chunks
     assert {len(s.args) for s in preps} == {17} and {len(s.args) for s in walks} == {8}
     assert {len(s.args) for s in outs} == {7}
-    assert {s.grid for s in preps} == {(chunks, 4)} and {s.grid for s in outs} == {(chunks, 4)}  # Dv 16: one block
+    assert {s.grid for s in preps} == {(4, chunks)} and {s.grid for s in outs} == {(4, chunks)}  # Dv 16: one block
     assert [s.args[7].value for s in walks] == [lvl * BUCKET.segments for lvl in range(BUCKET.depth)] * 3
-    assert {s.grid[0] for s in walks} == {BUCKET.segments}
+    assert {s.grid[1] for s in walks} == {BUCKET.segments}
     buffers = {b.name: b for b in rec.buffers}
     items, tails, table = (buffers[preps[0].args[i].buffer] for i in (7, 8, 9))
     capacity = f"per_level=6,slots=6,chunks={chunks}"
