@@ -14,8 +14,9 @@ instance to the worst case through the row counts 2^k and 3 * 2^k (64, 128, 192,
 padding under a third, where doubling pads up to a half; the GEMMs and row-wise kernels cost in
 proportion to a bucket's rows, and kernels are shared by every bucket, so a finer ladder costs a
 recording and a CUDA graph per bucket, not kernels). Segments, reads, depth and labels per bucket are
-the most an instance of that many rows can have, so rows alone decide the bucket; an instance with more
-rows than the largest bucket takes the eager/split path (TreeProgram.bucket_for returns None).
+the most an instance of that many rows can have (segments: from the template's least rows per segment,
+`max_segments`), so rows alone decide a single instance's bucket; an instance with more rows than the
+largest bucket takes the eager/split path (TreeProgram.bucket_for returns None).
 """
 
 from __future__ import annotations
@@ -23,7 +24,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from flidec.ir.program import ROW_ALIGN, Bucket, BucketPlan, Program, TreeProgram
-from flidec.ir.template import Sizes, Templates, TreeTemplate, max_reads_per_segment, min_rows, worst_sizes
+from flidec.ir.template import (
+    Sizes,
+    Templates,
+    TreeTemplate,
+    const_tokens,
+    max_reads_per_segment,
+    min_rows,
+    segments_preorder,
+    worst_sizes,
+)
 from flidec.passes.manager import register
 
 PADDING = 0.25
@@ -60,13 +70,36 @@ def bucket_tree(t: TreeTemplate, profile: Sequence[Sizes], padding: float, max_r
     reads_per_row = max_reads_per_segment(t)
     plans = []
     for k, r in enumerate(rows):
-        bucket = Bucket(f"r{r}", r, min(worst.segments, r), worst.depth, min(worst.reads, r * reads_per_row),
+        bucket = Bucket(f"r{r}", r, max_segments(t, worst, r), worst.depth, min(worst.reads, r * reads_per_row),
                         worst.labels)
         below = rows[k - 1] if k else 0
         landing = [p.rows for p in profile if below < p.rows <= r]
         smallest = min(landing) if landing else max(below + 1, least)  # no profiled instance: the bounds
         plans.append(BucketPlan(bucket, round(max(0, r - smallest) / r, 4)))
     return TreeProgram(t, worst, tuple(plans), basis)
+
+
+def max_segments(t: TreeTemplate, worst: Sizes, rows: int) -> int:
+    """The most segments one instance (or a split piece of one) of at most `rows` rows can have, at least 1.
+
+    Sound: the runtime binds an instance from this very template (dedup_prefixes' output, which the program
+    IR holds), one segment per template segment it instantiates, dropping those that bind to no tokens; a
+    kept segment holds every constant id of its template, so at least const_tokens rows. The root is there
+    once with at least `root_least` rows (a root without constant ids may be dropped: then root_least is 0
+    and the bound is loose by one) and every other segment has at least `least`, the fewest over the
+    non-root templates, so n segments need root_least + (n - 1) * least <= rows. Reached when the smallest
+    segment may repeat that often with its slots empty. `least` == 0 (a segment of slots only) bounds
+    nothing beyond a row per segment. Monotone in `rows`: a bucket with more rows never holds fewer
+    segments, so a single instance lands where its rows alone say, and the largest bucket holds at most
+    worst.segments. Instances packed in one stream bring a root each, so they may need a larger bucket
+    than their rows pick (TreeProgram.bucket_for checks every bound)."""
+    (root, _), *rest = segments_preorder(t.root)
+    root_least = const_tokens(root)
+    least = min((const_tokens(s) for s, _ in rest), default=0)  # no other segment: worst.segments is 1
+    bound = min(worst.segments, rows)
+    if least:
+        bound = min(bound, 1 + (rows - root_least) // least)
+    return max(1, bound)
 
 
 def _within(p: Sizes, worst: Sizes) -> bool:

@@ -1,6 +1,7 @@
 """bucket_topologies and layout: golden program text, round trip, hints honoured, the stated padding held
-over a profile, every instance within the bounds in some bucket or flagged eager, level-contiguous layouts,
-and broken output rejected naming the pass."""
+over a profile, every instance within the bounds in some bucket or flagged eager, bucket segments bounded by
+the template's least rows per segment (tight; no bound from segments of slots only), level-contiguous
+layouts, and broken output rejected naming the pass."""
 
 from __future__ import annotations
 
@@ -11,9 +12,21 @@ import pytest
 
 from flidec.ir.program import ROW_ALIGN
 from flidec.ir.program_printer import parse_program, print_program
-from flidec.ir.template import Sizes, segments_preorder, worst_sizes
+from flidec.ir.template import (
+    Const,
+    ReadTemplate,
+    Repeat,
+    SegmentTemplate,
+    Sizes,
+    Slot,
+    Templates,
+    TreeTemplate,
+    segments_preorder,
+    worst_sizes,
+)
 from flidec.passes.manager import PassError, run
 from flidec.passes.pipeline import TREE_PIPELINE
+from flidec.runtime.program import combine
 from flidec.runtime.templates import bind_template
 
 TO_TEMPLATE = ["verify", "fold_prompt_text", "dedup_prefixes"]
@@ -70,6 +83,59 @@ def test_every_instance_within_bounds_fits_or_is_flagged(example, ctx, instances
             assert b is not None or need.rows > t.buckets[-1].bucket.rows
             if b is not None:  # rows alone decide: the other dimensions never push an instance out
                 assert b == t.bucket_for(Sizes(need.rows, 1, 1, 1, 2))
+
+
+def _questions(const: int, lo: int = 1) -> Templates:
+    """A root of 2 constant ids and a state slot, then lo..64 question segments: a question slot and `const`
+    constant ids (0: the slot alone)."""
+    tail = (Const(tuple(range(1, const + 1))),) if const else ()
+    question = SegmentTemplate((Slot("question", "q", 50, tail=const), *tail), (ReadTemplate("q", (), 2),))
+    root = SegmentTemplate((Const((7, 8)), Slot("state", "doc", 100, head=2)),
+                           children=(Repeat("questions", "q", lo, 64, (question,)),))
+    return Templates((TreeTemplate("qs", root),))
+
+
+def test_bucket_segments_are_the_most_an_instance_of_its_rows_can_have(ctx):
+    (t,) = run(_questions(9), ["bucket_topologies"], ctx).ir.trees
+    assert t.worst.segments == 65
+    for p in t.buckets:
+        r, n = p.bucket.rows, p.bucket.segments
+        assert n == min(65, 1 + (r - 2) // 9)
+        # tight: the root and n - 1 questions with every slot empty fit r rows; one question more does not
+        assert 2 + (n - 1) * 9 <= r and (n == 65 or 2 + n * 9 > r)
+    r192 = next(p.bucket for p in t.buckets if p.bucket.name == "r192")
+    assert r192.segments == 1 + (192 - 2) // 9 == 22
+    assert t.bucket_for(Sizes(2 + 21 * 9, 22, 2, 21, 2)) == r192  # the tight instance lands by its rows
+    assert t.bucket_for(Sizes(2 + 21 * 9, 23, 2, 21, 2)).rows == 256  # one segment more: the next bucket
+
+
+def test_packed_roots_take_a_larger_bucket_when_their_segments_do_not_fit(ctx):
+    (t,) = run(_questions(9, lo=0), ["bucket_topologies"], ctx).ir.trees
+    root_alone = Sizes(2, 1, 1, 0, 0)
+    assert t.bucket_for(root_alone).name == "r64"
+    nine = root_alone
+    for _ in range(8):
+        nine = combine(nine, root_alone)
+    assert (nine.rows, nine.segments) == (18, 9)
+    assert t.buckets[0].bucket.segments == 7 and t.bucket_for(nine).name == "r128"
+
+
+def test_segments_of_slots_only_bound_nothing_beyond_a_row_each(ctx):
+    (t,) = run(_questions(0), ["bucket_topologies"], ctx).ir.trees
+    assert t.worst.segments == 65
+    assert [p.bucket.segments for p in t.buckets] == [min(65, p.bucket.rows) for p in t.buckets]
+
+
+def test_small_systemone_instances_land_where_their_rows_say(example, ctx):
+    spec = example("systemone")
+    (t,) = run(spec, list(TREE_PIPELINE), ctx).ir.trees
+    assert t.buckets[0].bucket.segments < t.worst.segments  # the bound is tighter than the worst case
+    for k in (1, 2, 7, 8, 21, 64):
+        inst = {"state": "", "questions": {f"q{i}": {"type": "noul", "instructions": "?"} for i in range(k)}}
+        meta = bind_template(spec.trees[0], t.template, [inst], ctx.fmt).stream.meta
+        need = Sizes(meta.num_rows, len(meta.segments), len(meta.levels), len(meta.reads), 2)
+        assert need.segments == k + 1
+        assert t.bucket_for(need) == t.bucket_for(Sizes(need.rows, 1, 1, 1, 2)) is not None
 
 
 def test_layout_keeps_levels_contiguous(small_spec, ctx):
