@@ -10,11 +10,12 @@ path packs them, for `NAME*N`), measures (medians of 10, milliseconds): the whol
 `Program.label_logits` call (validation, binding, packing, meta fill, copy, replay, read), `run_stream` of
 the already bound stream (no binding), the meta fill alone, and the graph replay alone (CUDA events); then
 profiles one eager pass with torch.profiler (CUPTI sees cuda.core launches like any other) and lists the
-kernels by total device time, with each call of the per-layer attention and Gated DeltaNet kernels. With `--concurrent NAME*N`, first (with only the graph program loaded) N
-instances of a workload (its instances repeated in order) go through one `label_logits` call, the offline
-path with all N in flight: wall time and peak GPU memory (torch's allocator: the arena, weights, staging and
-results; cuda.core allocates nothing). Writes the report as JSON (`--out`) and prints it. A diagnostic for the
-runtime's performance work (docs/DESIGN.md), not a benchmark: the harness's numbers are benchmarks/run.py's.
+kernels by total device time, with each call of the per-layer attention and Gated DeltaNet kernels. With
+`--concurrent NAME*N`, first (with only the graph program loaded) N instances of a workload (its instances
+repeated in order) go through one `label_logits` call, the offline path with all N in flight: wall time
+and peak GPU memory (torch's allocator: the arena, weights, staging and results; cuda.core allocates
+nothing). Writes the report as JSON (`--out`) and prints it. A diagnostic for the runtime's performance
+work (docs/DESIGN.md), not a benchmark: the harness's numbers are benchmarks/run.py's.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ FORESTS = {
     "independent": [(-1, 150), (0, 24)],  # one question on a short state: the harness's independent rows
 }
 # --bucket-segments S: the fork stream's tables sized as a runtime bucket of S segments sizes them (its rows
-# rounded up to 64), padding work included, as a small request meets them; 0: sized to the stream itself.
+# rounded up to whole tiles), padding work included, as a small request meets them; 0: sized to the stream itself.
 BUCKET_SEGMENTS = 0
 
 
@@ -97,8 +97,10 @@ def forest_sweep(argv: list[str] | None, script: str, doc: str, tiles_help: str,
 
 
 def bucket_rows(meta) -> int:
-    """The rows of the smallest 64-row bucket holding `meta`'s stream."""
-    return -(-meta.num_rows // 64) * 64
+    """The rows of the smallest bucket (whole ROW_ALIGN-row tiles) holding `meta`'s stream."""
+    from flidec.ir.program import ROW_ALIGN
+
+    return -(-meta.num_rows // ROW_ALIGN) * ROW_ALIGN
 
 
 def measure_forests(names: list[str], inputs: Callable, measure: Callable[..., dict]) -> list[dict]:
