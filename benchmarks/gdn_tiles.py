@@ -54,8 +54,11 @@ def layer(table, stream):
     out = torch.full(v.shape, float("nan"), dtype=v.dtype, device=DEVICE)
     spec = gdn.gdn_spec(q, k, v, g, beta, out, fused_gate=False)
     s = tiles.BUCKET_SEGMENTS
-    tables = (gdn_tables(stream.meta, len(stream.meta.levels), s, s, max_chunks(tiles.bucket_rows(stream.meta), s))
-              if s else gdn_tables(stream.meta))
+    if s:  # as a bucket of s segments: items per level, state slots and chunk slots for its most segments
+        num_chunks = max_chunks(tiles.bucket_rows(stream.meta), s)
+        tables = gdn_tables(stream.meta, len(stream.meta.levels), s, s, num_chunks)
+    else:
+        tables = gdn_tables(stream.meta)
     slots = gdn.slot_buffer(tables.num_slots, HV, D, D, DEVICE)
     work = gdn.ChunkWork.empty(tables.num_chunks, spec, DEVICE)
     items, tails, chunks = (t.to(DEVICE) for t in (tables.items, tables.tails, tables.chunks))

@@ -24,10 +24,10 @@ FORESTS = {
     "quality": [(-1, 5000)] + [(0, 120)] * 9,
     "race": [node for s in range(8) for node in [(-1, 450)] + [(5 * s, 40)] * 4],
     "tiny": [(-1, 130), (0, 20), (0, 70)],
-    "independent": [(-1, 150), (0, 24)],  # one question on a short state: the harness's independent rows
+    "independent": [(-1, 150), (0, 24)],  # one question on a short state, as the independent workload
 }
 # --bucket-segments S: the fork stream's tables sized as a runtime bucket of S segments sizes them (its rows
-# rounded up to whole tiles), padding work included, as a small request meets them; 0: sized to the stream itself.
+# rounded up to whole tiles), padding work included, as a small request meets them; 0: sized to the stream.
 BUCKET_SEGMENTS = 0
 
 
