@@ -11,8 +11,10 @@ between variants), each in its own process. Per variant: every
 projection against torch's fp32 matmul of the same inputs (bf16 tolerance), batch invariance (the first
 rows alone == the same rows inside the full launch, bitwise) and a digest of every output's bits, which
 the summary compares with the default tiles' (a variant with the same bits could serve some buckets
-without breaking E3); then all 186 launches of a 0.8B pass captured in one CUDA graph and timed (median of 20 replays, ms) with the achieved TFLOP/s. A diagnostic like
-gdn_tiles.py: the benchmark is run.py.
+without breaking E3); then all 186 launches of a 0.8B pass captured in one CUDA graph and timed (median of
+20 replays, ms) with the achieved TFLOP/s, and the same pass grouped as passes/group_linears groups it (96
+launches: `grouped_ms`; `grouped_equal`: each group member torch.equal to its own launch). A diagnostic
+like gdn_tiles.py: the benchmark is run.py.
 """
 
 from __future__ import annotations
@@ -40,11 +42,13 @@ GDN = [(6144, 1024), (2048, 1024), (16, 1024), (16, 1024), (1024, 2048)]
 ATTENTION = [(4096, 1024), (512, 1024), (512, 1024), (1024, 2048)]
 MLP = [(3584, 1024), (3584, 1024), (1024, 3584)]
 PASS = (GDN + MLP) * 18 + (ATTENTION + MLP) * 6  # 186 launches
+# the same pass after passes/group_linears: projections of one input in one launch (96 launches)
+GROUPED = ([GDN[:4], GDN[4:], MLP[:2], MLP[2:]] * 18 + [ATTENTION[:3], ATTENTION[3:], MLP[:2], MLP[2:]] * 6)
 ROWS = 6144
 
 
 def measure(name: str, rows: int) -> dict:
-    from flidec.codegen.gemm import linear
+    from flidec.codegen.gemm import linear, linear_group
     from flidec.runtime.reference.tolerance import TOLERANCE
 
     gen = torch.Generator().manual_seed(0)
@@ -62,12 +66,18 @@ def measure(name: str, rows: int) -> dict:
         head = 1 + rows // 3  # not a multiple of any tile
         invariant &= torch.equal(linear(xs[k][:head], ws[(n, k)]), y[:head])
         bits.update(y.view(torch.int16).cpu().numpy().tobytes())
-    ms = tflops = None
+    groups = [(xs[g[0][1]], tuple(ws[s] for s in g), tuple(outs[s] for s in g)) for g in GROUPED]
+    # a group's members are distinct shapes, so their outputs are fresh tensors: compare with `outs`
+    grouped_equal = all(torch.equal(y, outs[s]) for g in sorted(set(map(tuple, GROUPED))) if len(g) > 1
+                        for s, y in zip(g, linear_group(xs[g[0][1]], tuple(ws[s] for s in g))))
+    ms = tflops = grouped_ms = None
     if DEVICE == "cuda":
         ms = time_graph(lambda: [linear(xs[k], ws[(n, k)], outs[(n, k)]) for n, k in PASS])
         tflops = round(sum(2 * rows * n * k for n, k in PASS) / ms / 1e9, 1)
+        grouped_ms = time_graph(lambda: [linear_group(x, w, y) for x, w, y in groups])
     return {"variant": name, "rows": rows, "close": close, "max_abs_err": err, "batch_invariant": invariant,
-            "bits": bits.hexdigest()[:16], "ms": ms, "tflops": tflops}
+            "bits": bits.hexdigest()[:16], "ms": ms, "tflops": tflops, "grouped_ms": grouped_ms,
+            "grouped_equal": grouped_equal}
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
@@ -83,7 +93,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     default = {r["rows"]: r["bits"] for r in report if r["variant"] == "default" and "bits" in r}
     for r in report:  # a tile choice that keeps the default's bits at every size may differ between buckets
         if "bits" in r:
-            print(f"{r['variant']:>40} rows {r['rows']:>6}: {r['ms']} ms, "
+            print(f"{r['variant']:>40} rows {r['rows']:>6}: {r['ms']} ms (grouped {r['grouped_ms']} ms, "
+                  f"members {'equal' if r['grouped_equal'] else 'NOT equal'}), "
                   f"{'same bits as' if r['bits'] == default.get(r['rows']) else 'other bits than'} the default")
     return report
 

@@ -4,6 +4,8 @@ Consumes x [M, K] and W [N, K] (bf16 or fp32, inner dim contiguous); produces y 
 fp32 accumulation. One program per (BLOCK_M rows, BLOCK_N columns) tile; K is reduced in BLOCK_K steps
 from 0 upward, in the same order for every row, with no split-K, so neither M nor a row's place among the
 tiles changes its result.
+`gemm_group_kernel` runs up to four projections of one x (passes/group_linears.py) in one launch, each tile
+computed as gemm_kernel's would be, so each member has the bits of its own launch.
 The tiles may depend on M (TILES: small launches get more, smaller tiles) without breaking E3 for bf16: on
 sm_90 the tensor cores add K into the fp32 accumulator 16 at a time from 0 upward whatever the tile, so every
 tile shape gives the same bits. Measured on the H200 (benchmarks/gemm_tiles.py, 2026-11-29): the 0.8B
@@ -18,6 +20,7 @@ or device-side descriptor creation with a global scratch buffer, which the runti
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -57,15 +60,12 @@ _DTYPES = {torch.bfloat16: "bf16", torch.float32: "fp32"}
 
 
 @triton.jit
-def gemm_kernel(
-    x_ptr, w_ptr, y_ptr,
-    M,  # i32: rows of x and y (the only size that varies between launches)
-    N: tl.constexpr, K: tl.constexpr,
-    X_ST: tl.constexpr, W_ST: tl.constexpr, Y_ST: tl.constexpr,  # row strides, in elements
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-):
-    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+def _gemm_tile(x_ptr, w_ptr, y_ptr, M, pid_m, pid_n,
+               N: tl.constexpr, K: tl.constexpr, X_ST: tl.constexpr, W_ST: tl.constexpr, Y_ST: tl.constexpr,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """One BLOCK_M x BLOCK_N tile of y = x @ W^T: the whole of K, from 0 upward."""
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
     x_rows = x_ptr + rm.to(tl.int64)[:, None] * X_ST
     w_rows = w_ptr + rn.to(tl.int64)[:, None] * W_ST
@@ -77,6 +77,51 @@ def gemm_kernel(
         acc = tl.dot(x, tl.trans(w), acc, input_precision="ieee")
     y = y_ptr + rm.to(tl.int64)[:, None] * Y_ST + rn[None, :]
     tl.store(y, acc.to(y_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+@triton.jit
+def gemm_kernel(
+    x_ptr, w_ptr, y_ptr,
+    M,  # i32: rows of x and y (the only size that varies between launches)
+    N: tl.constexpr, K: tl.constexpr,
+    X_ST: tl.constexpr, W_ST: tl.constexpr, Y_ST: tl.constexpr,  # row strides, in elements
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    _gemm_tile(x_ptr, w_ptr, y_ptr, M, tl.program_id(0), tl.program_id(1), N, K, X_ST, W_ST, Y_ST,
+               BLOCK_M, BLOCK_N, BLOCK_K)
+
+
+@triton.jit
+def gemm_group_kernel(
+    x_ptr,
+    w0_ptr, y0_ptr, w1_ptr, y1_ptr, w2_ptr, y2_ptr, w3_ptr, y3_ptr,  # members past GROUP repeat member 0
+    M,  # i32: rows of x and of every y
+    N0: tl.constexpr, N1: tl.constexpr, N2: tl.constexpr, N3: tl.constexpr, K: tl.constexpr,  # N: 0 unused
+    X_ST: tl.constexpr,
+    W_ST0: tl.constexpr, W_ST1: tl.constexpr, W_ST2: tl.constexpr, W_ST3: tl.constexpr,
+    Y_ST0: tl.constexpr, Y_ST1: tl.constexpr, Y_ST2: tl.constexpr, Y_ST3: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    """y_i = x @ W_i^T for up to four W_i of one x in one launch: the grid's second axis runs through each
+    member's column tiles in turn, and a tile computes exactly what gemm_kernel's tile would."""
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    end0: tl.constexpr = (N0 + BLOCK_N - 1) // BLOCK_N
+    end1: tl.constexpr = end0 + (N1 + BLOCK_N - 1) // BLOCK_N
+    end2: tl.constexpr = end1 + (N2 + BLOCK_N - 1) // BLOCK_N
+    if pid_n < end0:
+        _gemm_tile(x_ptr, w0_ptr, y0_ptr, M, pid_m, pid_n, N0, K, X_ST, W_ST0, Y_ST0, BLOCK_M, BLOCK_N, BLOCK_K)
+    elif pid_n < end1:
+        _gemm_tile(x_ptr, w1_ptr, y1_ptr, M, pid_m, pid_n - end0, N1, K, X_ST, W_ST1, Y_ST1,
+                   BLOCK_M, BLOCK_N, BLOCK_K)
+    elif pid_n < end2:
+        if N2 > 0:  # static: an unused member's branch is not compiled
+            _gemm_tile(x_ptr, w2_ptr, y2_ptr, M, pid_m, pid_n - end1, N2, K, X_ST, W_ST2, Y_ST2,
+                       BLOCK_M, BLOCK_N, BLOCK_K)
+    else:
+        if N3 > 0:
+            _gemm_tile(x_ptr, w3_ptr, y3_ptr, M, pid_m, pid_n - end2, N3, K, X_ST, W_ST3, Y_ST3,
+                       BLOCK_M, BLOCK_N, BLOCK_K)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,3 +170,63 @@ def linear(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = Non
         eager.launch(gemm_kernel, spec.grid(x.shape[0]), x, weight, out, x.shape[0], device=x.device,
                      num_warps=spec.tiles.num_warps, num_stages=spec.tiles.num_stages, **spec.constexprs())
     return out
+
+
+GROUP = 4  # the members gemm_group_kernel takes
+
+
+@dataclass(frozen=True, slots=True)
+class GemmGroupSpec:
+    """gemm_group_kernel's specialization: its members' GemmSpecs (one x, one dtype, K and tiles)."""
+
+    members: tuple[GemmSpec, ...]
+
+    @property
+    def tiles(self) -> GemmTiles:
+        return self.members[0].tiles
+
+    def signature(self) -> dict[str, str]:
+        ptr = "*" + _DTYPES[self.members[0].dtype]
+        sig = {"x_ptr": ptr} | {f"{p}{i}_ptr": ptr for i in range(GROUP) for p in ("w", "y")} | {"M": "i32"}
+        return sig | {name: "constexpr" for name in self.constexprs()}
+
+    def constexprs(self) -> dict[str, int]:
+        t, first = self.tiles, self.members[0]
+        padded = self.members + (dataclasses.replace(first, n=0, strides=(0, 0, 0)),) * (GROUP - len(self.members))
+        return ({f"N{i}": m.n for i, m in enumerate(padded)} | {"K": first.k, "X_ST": first.strides[0]}
+                | {f"W_ST{i}": m.strides[1] for i, m in enumerate(padded)}
+                | {f"Y_ST{i}": m.strides[2] for i, m in enumerate(padded)}
+                | {"BLOCK_M": t.block_m, "BLOCK_N": t.block_n, "BLOCK_K": t.block_k})
+
+    def grid(self, m: int) -> tuple[int, int]:
+        return (triton.cdiv(m, self.tiles.block_m), sum(s.grid(m)[1] for s in self.members))
+
+    def args(self, x: object, weights: tuple, outs: tuple, m: int) -> tuple:
+        """The launch's arguments: x, then (W_i, y_i) per member (member 0's again for unused ones), M."""
+        pairs = [*zip(weights, outs)] + [(weights[0], outs[0])] * (GROUP - len(weights))
+        return (x, *(t for pair in pairs for t in pair), m)
+
+
+def gemm_group_spec(x: torch.Tensor, weights: tuple[torch.Tensor, ...], outs: tuple[torch.Tensor, ...]
+                    ) -> GemmGroupSpec:
+    if not 1 <= len(weights) <= GROUP or len(outs) != len(weights):
+        raise ValueError(f"a group has 1 to {GROUP} members with one output each, not {len(weights)} weights "
+                         f"and {len(outs)} outputs")
+    members = tuple(gemm_spec(x, w, y) for w, y in zip(weights, outs))
+    if len({w.dtype for w in weights}) != 1:
+        raise ValueError("a group's weights share one dtype")
+    return GemmGroupSpec(members)
+
+
+def linear_group(x: torch.Tensor, weights: tuple[torch.Tensor, ...],
+                 outs: tuple[torch.Tensor, ...] | None = None) -> tuple[torch.Tensor, ...]:
+    """y_i = x @ W_i^T in one launch, run eagerly. `outs` default to NaN-filled tensors."""
+    if outs is None:
+        outs = tuple(torch.full((x.shape[0], w.shape[0]), float("nan"), dtype=x.dtype, device=x.device)
+                     for w in weights)
+    spec = gemm_group_spec(x, weights, outs)
+    if x.shape[0] > 0:
+        eager.launch(gemm_group_kernel, spec.grid(x.shape[0]), *spec.args(x, weights, outs, x.shape[0]),
+                     device=x.device, num_warps=spec.tiles.num_warps, num_stages=spec.tiles.num_stages,
+                     **spec.constexprs())
+    return outs

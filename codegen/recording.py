@@ -195,6 +195,14 @@ def _gemm(ctx: EmitContext, out: torch.Tensor, x: torch.Tensor, w: torch.Tensor)
                        spec.constexprs(), t.num_warps, t.num_stages)]
 
 
+def _gemm_group(ctx: EmitContext, outs: tuple[torch.Tensor, ...], x: torch.Tensor,
+                weights: tuple[torch.Tensor, ...]) -> list[KernelCall]:
+    spec = gemm.gemm_group_spec(x, weights, outs)
+    t = spec.tiles
+    return [KernelCall(gemm.gemm_group_kernel, spec.grid(x.shape[0]), spec.args(x, weights, outs, x.shape[0]),
+                       spec.signature(), spec.constexprs(), t.num_warps, t.num_stages)]
+
+
 def _attention(ctx: EmitContext, out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                gate: torch.Tensor, segments: torch.Tensor) -> list[KernelCall]:
     b = ctx.bucket
@@ -253,6 +261,7 @@ def _pw(fn: Callable[..., KernelCall]) -> Emitter:
 
 
 register_emitter("linear", _gemm, (gemm.gemm_kernel,))
+register_emitter("linear_group", _gemm_group, (gemm.gemm_group_kernel,))
 register_emitter("fork_conv_static", _conv, (conv.fork_conv_kernel,))
 register_emitter("fork_gdn_static", _gdn, (gdn.gdn_prep_kernel, gdn.gdn_state_kernel, gdn.gdn_out_kernel))
 register_emitter("fork_attention_gated", _attention, (attention.fork_attention_kernel,))
@@ -288,6 +297,7 @@ def _like(x: torch.Tensor, dtype: torch.dtype | None = None, shape: tuple[int, .
 F32 = torch.float32
 OUTPUTS: dict[str, Callable[..., Any]] = {  # leaf op -> its output(s) on the meta device
     "linear": lambda x, w: _like(x, shape=(x.shape[0], w.shape[0])),
+    "linear_group": lambda x, ws: tuple(_like(x, shape=(x.shape[0], w.shape[0])) for w in ws),
     "rms_norm": lambda x, w, eps: _like(x),
     "rms_norm_f32": lambda x, w, eps: _like(x, F32),
     "add_rms_norm": lambda x, y, w, eps: (_like(x), _like(x)),

@@ -33,12 +33,10 @@ from flidec.models.config import TextConfig
 from flidec.models.qwen3_5 import Qwen35
 from flidec.models.tokenizer import load_tokenizer
 from flidec.models.weights import resolve_model
-from flidec.passes import fuse_pointwise, label_head, lower_forks, trim_reads  # noqa: F401 (registers them)
 from flidec.passes.manager import PASSES, Options, run
-from flidec.passes.pipeline import TREE_PIPELINE, CompileContext
+from flidec.passes.pipeline import GRAPH_PIPELINE, TREE_PIPELINE, CompileContext
 from flidec.runtime.launch import CompiledKernel, read_kernel
 
-GRAPH_PIPELINE = ("label_head", "lower_forks", "trim_reads", "fuse_pointwise")
 TARGETS = ("sm_90", "cpu")
 GPU_DTYPE = torch.bfloat16
 

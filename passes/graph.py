@@ -1,9 +1,9 @@
 """The model-graph IR level ("fx"): torch.fx GraphModules of flidec.models.qwen3_5, and the ops passes put in.
 
 Consumes a GraphModule traced from Qwen35 (`forward(tokens, meta)`); the graph passes (lower_forks,
-label_head, trim_reads, fuse_pointwise) rewrite it with the ops below, each a torch.fx leaf function whose
-body is its plain-torch reference, composed from runtime/reference/ops.py, so the reference executor runs
-every stage of the pipeline. After lower_forks the graph reads no StreamMeta object: it takes
+label_head, trim_reads, fuse_pointwise, group_linears) rewrite it with the ops below, each a torch.fx leaf
+function whose body is its plain-torch reference, composed from runtime/reference/ops.py, so the reference
+executor runs every stage of the pipeline. After lower_forks the graph reads no StreamMeta object: it takes
 `forward(tokens, tables)`, `tables` mapping the static meta buffer names (META_BUFFERS) to tensors sized by
 the bucket (`static_tables` fills them from a stream's meta). Registers the level with the pass manager:
 its verifier is Graph.lint plus "nothing reads the meta object after lowering"; its printer is `render`.
@@ -73,6 +73,11 @@ def label_head(hidden: torch.Tensor, weight: torch.Tensor, read_labels: torch.Te
                                                             read_nlabels=read_nlabels))
 
 
+def linear_group(x: torch.Tensor, weights: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+    """x @ W^T for each W of `weights` (projections of one input): one launch, each output its own tensor."""
+    return tuple(ops.linear(x, w) for w in weights)
+
+
 def silu_mul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return F.silu(a) * b
 
@@ -91,7 +96,7 @@ def rms_norm_f32(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Ten
 
 GRAPH_OPS: tuple[Callable, ...] = (
     fork_conv_static, fork_attention_static, fork_attention_gated, fork_gdn_static, gather_rows, label_head,
-    silu_mul, add_rms_norm, rms_norm_f32,
+    linear_group, silu_mul, add_rms_norm, rms_norm_f32,
 )
 for _fn in GRAPH_OPS:
     torch.fx.wrap(_fn.__name__)

@@ -1,8 +1,8 @@
 """The compile pipeline, as literal lists of pass names, and the context its passes read.
 
 Consumes a verified Spec and a CompileContext; `compile_tree_passes` runs TREE_PIPELINE through the pass
-manager and returns the program IR (ir/program.Program). Importing this module registers every pass it
-names. The model-graph passes (torch.fx) have their own list beside it when they are wired in.
+manager and returns the program IR (ir/program.Program). GRAPH_PIPELINE lowers the traced model graph
+(torch.fx) once for every bucket. Importing this module registers every pass either list names.
 """
 
 from __future__ import annotations
@@ -13,7 +13,19 @@ from dataclasses import dataclass, field
 from flidec.ir.program import Program
 from flidec.ir.template import Sizes
 from flidec.ir.tree import Spec
-from flidec.passes import bucket_topologies, dedup_prefixes, fold_prompt_text, layout, levels, verify  # noqa: F401
+from flidec.passes import (  # noqa: F401 (registers them)
+    bucket_topologies,
+    dedup_prefixes,
+    fold_prompt_text,
+    fuse_pointwise,
+    group_linears,
+    label_head,
+    layout,
+    levels,
+    lower_forks,
+    trim_reads,
+    verify,
+)
 from flidec.passes.manager import Options, run
 from flidec.runtime.next_token import NextTokenFormat
 
@@ -23,6 +35,13 @@ TREE_PIPELINE = (
     "dedup_prefixes",  # template -> template: sibling segments' shared constant prefixes computed once
     "bucket_topologies",  # template -> program: a bucket ladder per tree, with its padding
     "layout",  # program -> program: each bucket's level-contiguous stream order
+)
+GRAPH_PIPELINE = (
+    "label_head",  # fx -> fx: the label logits of the read rows replace the vocabulary head
+    "lower_forks",  # fx -> fx: fork ops read the bucket's static meta tables, not a StreamMeta
+    "trim_reads",  # fx -> fx: the last MLP, final norm and head run at the read rows only
+    "fuse_pointwise",  # fx -> fx: norms, gates, SiLU products and residual adds fused
+    "group_linears",  # fx -> fx: projections of one input in one launch
 )
 
 

@@ -1,11 +1,12 @@
-"""Batch-invariant GEMM: agrees with torch, and a row's bits depend neither on M nor on the row's tile."""
+"""Batch-invariant GEMM: agrees with torch, and a row's bits depend neither on M nor on the row's tile; a group
+launch gives each member exactly its own launch's bits."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from flidec.codegen.gemm import linear
+from flidec.codegen.gemm import GROUP, linear, linear_group
 from flidec.runtime.reference import ops
 from flidec.runtime.reference.tolerance import TOLERANCE
 
@@ -73,3 +74,28 @@ def test_small_launches_take_the_small_rung_and_every_rung_gives_the_same_rows(d
         monkeypatch.setitem(gemm.TILES, torch.bfloat16, ((gemm.ANY_ROWS, tiles),))
         outs.append(linear(x, w))
     assert not outs[0].isnan().any() and all(torch.equal(o, outs[0]) for o in outs[1:])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("ns", [(72, 16), (130, 8, 200), (64, 16, 16, 96)])
+def test_group_members_equal_their_own_launches(dtype, ns, device) -> None:
+    """Members of different widths (edges inside a tile, narrower than a tile): each output is torch.equal
+    to its own launch, at row counts on both sides of the small rung."""
+    from flidec.codegen import gemm
+
+    g = torch.Generator().manual_seed(5)
+    weights = tuple((torch.randn(n, 96, generator=g) / 96**0.5).to(dtype).to(device) for n in ns)
+    for m in (37, gemm.TILES[torch.bfloat16][0][0] + 3):
+        x = torch.randn(m, 96, generator=g).to(dtype).to(device)
+        outs = linear_group(x, weights)
+        assert len(outs) == len(ns)
+        for w, y in zip(weights, outs):
+            assert not y.isnan().any() and torch.equal(y, linear(x, w)), f"a member differs at M={m}"
+
+
+def test_group_refuses_bad_members() -> None:
+    x, w = operands(4, 8, 16, torch.float32, torch.device("cpu"))
+    with pytest.raises(ValueError, match="1 to 4 members"):
+        linear_group(x, (w,) * (GROUP + 1))
+    with pytest.raises(ValueError, match="do not compose"):
+        linear_group(x, (w, w[:, :8]))

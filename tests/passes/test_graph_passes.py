@@ -15,13 +15,14 @@ import torch.fx
 
 from flidec.ir.program import Bucket
 from flidec.models.qwen3_5 import Qwen35
-from flidec.passes import fuse_pointwise, graph, label_head, lower_forks, trim_reads  # noqa: F401 (register)
+from flidec.passes import graph
 from flidec.passes.manager import PassError, run
+from flidec.passes.pipeline import GRAPH_PIPELINE  # registers the passes
 from flidec.runtime.meta import Read, Segment, build_meta
 from flidec.runtime.tables import META_BUFFERS
 
 GOLDEN = Path(__file__).parent / "golden"
-PIPELINE = ["label_head", "lower_forks", "trim_reads", "fuse_pointwise"]
+PIPELINE = list(GRAPH_PIPELINE)
 BUCKET = Bucket("b0", rows=128, segments=8, depth=4, reads=4, labels=6)
 
 

@@ -36,11 +36,11 @@ def forked():
 def record(checkpoint):
     from flidec.codegen import recording
     from flidec.models.qwen3_5 import Qwen35
-    from flidec.passes import fuse_pointwise, label_head, lower_forks, trim_reads  # noqa: F401 (register)
     from flidec.passes.manager import run
+    from flidec.passes.pipeline import GRAPH_PIPELINE
 
     module = Qwen35.from_pretrained(checkpoint, torch.bfloat16)
-    lowered = run(torch.fx.symbolic_trace(module), ["label_head", "lower_forks", "trim_reads", "fuse_pointwise"]).ir
+    lowered = run(torch.fx.symbolic_trace(module), GRAPH_PIPELINE).ir
     rec = recording.record(lowered, BUCKET)
     weights = {k: v.detach() for k, v in module.named_parameters(remove_duplicate=False)}
     return rec, weights
