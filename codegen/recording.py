@@ -230,6 +230,18 @@ def _conv(ctx: EmitContext, out: torch.Tensor, x: torch.Tensor, w: torch.Tensor,
 
 def _gdn(ctx: EmitContext, out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
          g: torch.Tensor, beta: torch.Tensor, segments: torch.Tensor) -> list[KernelCall]:
+    return _gdn_calls(ctx, out, q, k, v, g, beta, None, None)
+
+
+def _gdn_gated(ctx: EmitContext, out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+               a: torch.Tensor, b: torch.Tensor, a_log: torch.Tensor, dt_bias: torch.Tensor,
+               segments: torch.Tensor) -> list[KernelCall]:
+    return _gdn_calls(ctx, out, q, k, v, a, b, a_log, dt_bias)
+
+
+def _gdn_calls(ctx: EmitContext, out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+               g: torch.Tensor, beta: torch.Tensor, a_log: torch.Tensor | None, dt_bias: torch.Tensor | None
+               ) -> list[KernelCall]:
     """The layer's launches (gdn.GdnSpec.calls): the prep over `tables.max_chunks(rows, segments)` chunk
     slots, one state walk per tree level (bucket.depth), each over `per_level = bucket.segments` work items
     (the Bucket bounds only the total segment count, and one level may hold all of them: packed roots), then
@@ -238,7 +250,8 @@ def _gdn(ctx: EmitContext, out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, 
     slot its walks read, each walk writes a slot at a level before any deeper level reads it, and the
     outputs read only what this layer's prep and walks wrote."""
     b = ctx.bucket
-    spec = gdn.gdn_spec(q, k, v, g, beta, out, fused_gate=False)
+    fused = a_log is not None  # g and beta are the raw projections a and b: the prep computes the gates
+    spec = gdn.gdn_spec(q, k, v, g, beta, out, fused_gate=fused)
     per_level, chunks = b.segments, tables.max_chunks(b.rows, b.segments)
     capacity = f"per_level={per_level},slots={b.segments},chunks={chunks}"
     items = ctx.table("gdn_items", (b.depth * per_level, len(tables.ITEM_FIELDS)), torch.int32,
@@ -250,10 +263,11 @@ def _gdn(ctx: EmitContext, out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, 
     shapes = gdn.ChunkWork.shapes(chunks, spec.num_v_heads, spec.key_dim, spec.value_dim)
     work = gdn.ChunkWork(*(ctx.scratch(f"gdn_chunk_{part.removesuffix('_ptr')}", shape, torch.float32)
                            for part, shape in zip(gdn.ChunkWork.PARTS, shapes)))
-    # the unfused prep never reads a_log_ptr / dt_bias_ptr: g fills their (typed) slots
+    if not fused:  # the unfused prep never reads a_log_ptr / dt_bias_ptr: g fills their (typed) slots
+        a_log = dt_bias = g
     return [KernelCall(c.kernel, c.grid, c.args, c.signature, c.constexprs, c.num_warps, c.num_stages)
-            for c in spec.calls(chunks, b.depth, per_level, q, k, v, g, beta, g, g, items, tails, chunk_table,
-                                work, out, slots)]
+            for c in spec.calls(chunks, b.depth, per_level, q, k, v, g, beta, a_log, dt_bias, items, tails,
+                                chunk_table, work, out, slots)]
 
 
 def _pw(fn: Callable[..., KernelCall]) -> Emitter:
@@ -264,6 +278,7 @@ register_emitter("linear", _gemm, (gemm.gemm_kernel,))
 register_emitter("linear_group", _gemm_group, (gemm.gemm_group_kernel,))
 register_emitter("fork_conv_static", _conv, (conv.fork_conv_kernel,))
 register_emitter("fork_gdn_static", _gdn, (gdn.gdn_prep_kernel, gdn.gdn_state_kernel, gdn.gdn_out_kernel))
+register_emitter("fork_gdn_gated", _gdn_gated, ())
 register_emitter("fork_attention_gated", _attention, (attention.fork_attention_kernel,))
 register_emitter("rms_norm", _pw(lambda out, x, w, eps: pointwise.emit_rms_norm(x, w, out, eps)),
                  (pointwise.rms_norm_kernel,))
@@ -310,6 +325,7 @@ OUTPUTS: dict[str, Callable[..., Any]] = {  # leaf op -> its output(s) on the me
     "label_head": lambda h, w, labels, n: _like(h, F32, tuple(labels.shape)),
     "fork_conv_static": lambda x, w, prev: _like(x),
     "fork_gdn_static": lambda q, k, v, g, beta, s: _like(v, q.dtype),
+    "fork_gdn_gated": lambda q, k, v, a, b, a_log, dt_bias, s: _like(v, q.dtype),
     "fork_attention_gated": lambda q, k, v, gate, s: _like(q, shape=(q.shape[0], q.shape[1] * q.shape[2])),
 }
 

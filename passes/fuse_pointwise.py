@@ -7,11 +7,13 @@ with these rewrites, each applied wherever its pattern matches:
   gate, s)`: the output gate applied inside the attention kernel, reading the gate through its view of the
   q projection (no copy of the gate);
 - `rms_norm(x + y)` where the sum also feeds the residual stream -> `add_rms_norm(x, y)` -> (sum, normed);
-- `rms_norm(x.float())` -> `rms_norm_f32(x)` (the final norm reads bf16 and computes in fp32).
+- `rms_norm(x.float())` -> `rms_norm_f32(x)` (the final norm reads bf16 and computes in fp32);
+- `fork_gdn_static(q, k, v, gdn_decay(a, A_log, dt_bias), gdn_beta(b), s)` -> `fork_gdn_gated(q, k, v, a, b,
+  A_log, dt_bias, s)`: the Gated DeltaNet prep kernel computes its gates from the raw projections.
 Numerics: each fused op's reference body is the unfused composition, so the graph's answers on the
-reference executor are torch.equal. Their kernels (codegen/pointwise.py, the attention gate) round once
-where the unfused ops rounded between steps, which moves bf16 results within TOLERANCE (fp32 too, by
-reassociation of the sigmoid), never more.
+reference executor are torch.equal. Their kernels (codegen/pointwise.py, the attention gate, the Gated
+DeltaNet prep's gates) round once where the unfused ops rounded between steps, which moves bf16 results
+within TOLERANCE (fp32 too, by reassociation of the sigmoid), never more.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from flidec.passes.graph import (
     copy_module,
     finish,
     fork_attention_gated,
+    fork_gdn_gated,
     is_lowered,
     op_name,
     rms_norm_f32,
@@ -100,7 +103,22 @@ def _fuse_norm_f32(g: torch.fx.Graph, n: torch.fx.Node) -> bool:
     return True
 
 
-RULES = (_fuse_silu_mul, _fuse_gate, _fuse_norm_f32, _fuse_add_norm)
+def _fuse_gdn_gates(g: torch.fx.Graph, n: torch.fx.Node) -> bool:
+    if op_name(n) != "fork_gdn_static":
+        return False
+    q, k, v, decay, beta, segments = n.args
+    if not (_single_use(decay, "gdn_decay") and _single_use(beta, "gdn_beta")):
+        return False
+    a, a_log, dt_bias = decay.args
+    with g.inserting_before(n):
+        n.replace_all_uses_with(g.call_function(fork_gdn_gated, (q, k, v, a, beta.args[0], a_log, dt_bias,
+                                                                 segments)))
+    for dead in (n, decay, beta):
+        g.erase_node(dead)
+    return True
+
+
+RULES = (_fuse_silu_mul, _fuse_gate, _fuse_norm_f32, _fuse_add_norm, _fuse_gdn_gates)
 
 
 @register("fuse_pointwise", level_in="fx", level_out="fx")

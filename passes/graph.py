@@ -60,6 +60,13 @@ def fork_gdn_static(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.
     return ops.fork_gdn(q, k, v, g, beta, segments_meta(segments, q.shape[0]))
 
 
+def fork_gdn_gated(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
+                   a_log: torch.Tensor, dt_bias: torch.Tensor, segments: torch.Tensor) -> torch.Tensor:
+    """fork_gdn_static on the raw gate projections: g = gdn_decay(a, A_log, dt_bias), beta = gdn_beta(b)
+    computed inside the prep kernel instead of by two launches of their own."""
+    return fork_gdn_static(q, k, v, ops.gdn_decay(a, a_log, dt_bias), ops.gdn_beta(b), segments)
+
+
 def gather_rows(x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
     """x[rows]: a copy, exact."""
     return x[rows]
@@ -95,8 +102,8 @@ def rms_norm_f32(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Ten
 
 
 GRAPH_OPS: tuple[Callable, ...] = (
-    fork_conv_static, fork_attention_static, fork_attention_gated, fork_gdn_static, gather_rows, label_head,
-    linear_group, silu_mul, add_rms_norm, rms_norm_f32,
+    fork_conv_static, fork_attention_static, fork_attention_gated, fork_gdn_static, fork_gdn_gated, gather_rows,
+    label_head, linear_group, silu_mul, add_rms_norm, rms_norm_f32,
 )
 for _fn in GRAPH_OPS:
     torch.fx.wrap(_fn.__name__)

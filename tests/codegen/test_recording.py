@@ -61,7 +61,7 @@ def test_recording_is_complete_and_round_trips(model) -> None:
 
 def test_gdn_launches_a_prep_one_state_walk_per_level_then_the_outputs_on_the_bucket_tables(model) -> None:
     _, rec, _ = model
-    gdn = [s for s in rec.steps if s.op == "fork_gdn_static"]
+    gdn = [s for s in rec.steps if s.op == "fork_gdn_gated"]  # the gates computed in the prep
     per_layer = 2 + BUCKET.depth
     assert len(gdn) == 3 * per_layer  # three GDN layers
     preps, outs = gdn[::per_layer], gdn[per_layer - 1 :: per_layer]
@@ -99,11 +99,11 @@ def test_gdn_launches_a_prep_one_state_walk_per_level_then_the_outputs_on_the_bu
 
 def test_a_step_without_kernel_is_named_and_refuses_to_play(model, monkeypatch) -> None:
     traced, _, weights = model
-    monkeypatch.delitem(recording.EMITTERS, "fork_gdn_static")
+    monkeypatch.delitem(recording.EMITTERS, "fork_gdn_gated")
     rec = recording.record(run(traced, PIPELINE).ir, BUCKET)
-    assert rec.missing == ("fork_gdn_static",)
+    assert rec.missing == ("fork_gdn_gated",)
     assert json.loads(recording.write_recording(rec))["complete"] is False
-    with pytest.raises(RuntimeError, match="fork_gdn_static has no kernel"):
+    with pytest.raises(RuntimeError, match="fork_gdn_gated has no kernel"):
         recording.play(rec, *forked(), weights)
 
 
