@@ -1,0 +1,70 @@
+"""Registers and spills of the Gated DeltaNet kernels compiled for sm_90 (no GPU needed).
+
+    python benchmarks/gdn_spills.py [--heads 16,16,128] [--fused]
+
+Compiles codegen/gdn's prep, state walk and output kernels with their TILES for these head shapes (q/k/v
+bf16 read in place from a conv output, g and beta fp32, or with --fused the raw projections in bf16) through
+codegen/aot.compile_kernel, and prints per kernel cuobjdump's REG and STACK (bytes of local memory per
+thread: spills), shared memory and the SASS instruction count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.source import ensure_flidec
+
+os.environ.pop("TRITON_INTERPRET", None)  # compiling needs real @triton.jit kernels
+ensure_flidec(ROOT)
+
+import torch
+import triton
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--heads", default="16,16,128", help="key heads, value heads, head dim (0.8B: 16,16,128)")
+    p.add_argument("--fused", action="store_true", help="the prep with the gate fused (a, b in bf16)")
+    args = p.parse_args(argv)
+    from flidec.codegen import aot, gdn
+
+    hk, hv, d = (int(x) for x in args.heads.split(","))
+    conv = (2 * hk + hv) * d
+    gate = torch.bfloat16 if args.fused else torch.float32
+    spec = gdn.GdnSpec(torch.bfloat16, gate, torch.bfloat16, hk, hv, d, d, args.fused,
+                       ((conv, d), (conv, d), (conv, d), (hv, 1), (hv, 1), (hv * d, d)))
+    t = spec.tiles
+    kernels = {"gdn_prep_kernel": (gdn.gdn_prep_kernel, spec.prep_signature(), spec.prep_constexprs(),
+                                   t.prep_warps, 1),
+               "gdn_state_kernel": (gdn.gdn_state_kernel, spec.state_signature(), spec.state_constexprs(),
+                                    t.state_warps, t.state_stages),
+               "gdn_out_kernel": (gdn.gdn_out_kernel, spec.out_signature(), spec.out_constexprs(), t.out_warps, 1)}
+    cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    print(f"heads {hk},{hv},{d} fused={args.fused}: {t}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, (fn, sig, consts, warps, stages) in kernels.items():
+            k = aot.compile_kernel(fn, sig, consts, target="sm_90", num_warps=warps, num_stages=stages)
+            cubin = Path(tmp) / f"{name}.cubin"
+            cubin.write_bytes(k.cubin)
+            usage = subprocess.run([str(cuobjdump), "-res-usage", str(cubin)], capture_output=True, text=True,
+                                   check=True).stdout
+            sass = subprocess.run([str(cuobjdump), "-sass", str(cubin)], capture_output=True, text=True,
+                                  check=True).stdout
+            field = {f: re.search(rf"{f}:(\d+)", usage) for f in ("REG", "STACK")}
+            insts = len(re.findall(r"^\s+/\*[0-9a-f]{4,}\*/", sass, re.MULTILINE))
+            print(f"{name:18s} REG {field['REG'][1]:>3s}  STACK {field['STACK'][1]:>4s}  shared {k.shared:>6d}  "
+                  f"SASS {insts:>5d} instructions  ({warps} warps, {stages} stages)")
+
+
+if __name__ == "__main__":
+    main()
