@@ -42,7 +42,7 @@ from flidec.runtime.tables import ITEM_FIELDS, GdnTables, gdn_tables
 class GdnTiles:
     block_v: int  # state walk: value columns per program (its state block in registers is Dk x block_v)
     state_warps: int
-    prep_warps: int  # prep holds [CHUNK, Dk] and [CHUNK, Dv] fp32 tiles at once
+    prep_warps: int  # prep: [CHUNK, CHUNK] products, w and u in blocks of 64 columns
     block_o: int  # outputs: value columns per program
     out_warps: int
     state_stages: int  # software pipelining of the walk's loads (w, ke, u do not depend on the state)
@@ -65,6 +65,13 @@ class GdnTiles:
 # 2,4,16; fork == plain still holds), tf32x3 is within 2.4e-4; not investigated further, and 128 was checked
 # on the hardware. The interpreter computes every precision in fp32 (eager.py runs
 # bf16x3 there as ieee).
+# Registers (benchmarks/gdn_spills.py, Triton 3.6, sm_90, 0.8B shapes): prep 246 (fused gate 247), walk 219,
+# outputs 182, none spilling; before the kernels were reordered, prep and walk used 255 and spilled
+# 632 and 64 bytes a thread. What that took: the prep writes k's and q's outputs before the WY system and
+# computes w and u in 64-column blocks from k and v loaded again, so no [CHUNK, 128] fp32 tile lives across
+# the inverse; ChunkWork tiles are addressed from a scalar base pointer plus constant int32 offsets (folded
+# into the loads' and stores' immediates). Head dims under 128 (tf32x3) still spill in the prep (96 to 168
+# bytes). The walk with state_stages=2 uses 217 registers and prefetches w, ke, u by cp.async.
 TILES: dict[int, GdnTiles] = {
     16: GdnTiles(block_v=16, state_warps=4, state_stages=1, prep_warps=4, block_o=16, out_warps=4, dot="tf32x3",
                  out_dot="tf32x3"),
@@ -151,15 +158,12 @@ def gdn_prep_kernel(
 
     offs_c = tl.arange(0, CHUNK)
     offs_k = tl.arange(0, DK)
-    offs_v = tl.arange(0, DV)
     later = offs_c[:, None] < offs_c[None, :]  # (i, j) with j after i: exact zeros in every product
     pos = c * CHUNK + offs_c  # relative to the aligned chunk start
     in_tail = pos < n_tail
     tail_row = tl.load(tails_ptr + item * CHUNK + pos, mask=in_tail, other=0)
     row = tl.where(in_tail, tail_row, row0 + pos - n_tail).to(tl.int64)
     valid = pos < total
-    q = tl.load(q_ptr + row[:, None] * Q_ST + hk * Q_SH + offs_k[None, :], mask=valid[:, None], other=0.0)
-    k = tl.load(k_ptr + row[:, None] * K_ST + hk * K_SH + offs_k[None, :], mask=valid[:, None], other=0.0)
     g = tl.load(g_ptr + row * G_ST + hv, mask=valid, other=0.0).to(tl.float32)
     beta = tl.load(beta_ptr + row * B_ST + hv, mask=valid, other=0.0).to(tl.float32)
     if FUSED_GATE:
@@ -171,38 +175,61 @@ def gdn_prep_kernel(
         softplus = tl.where(x > 20.0, x, tl.where(x < -15.0, e_x, tl.log(1.0 + e_x)))
         g = tl.where(valid, neg_a * softplus, 0.0)
         beta = tl.where(valid, 1.0 / (1.0 + tl.exp(-beta)), 0.0)
-    # q k^T and k k^T multiply the loaded values and normalise after: products of 16-bit inputs are exact
-    # in the fp32 accumulator, so one bf16 product is as accurate as tf32x3 on normalised fp32 copies
-    qk = tl.dot(q, tl.trans(k), input_precision=DOT)
-    kk = tl.dot(k, tl.trans(k), input_precision=DOT)
-    q = q.to(tl.float32)
-    k = k.to(tl.float32)
-    r_q = tl.rsqrt(tl.sum(q * q, 1) + EPS) * scale
-    r_k = tl.rsqrt(tl.sum(k * k, 1) + EPS)
-    q = q * r_q[:, None]
-    k = k * r_k[:, None]
-
     cum = tl.cumsum(g, 0)
-    decay = tl.exp(tl.where(later, float("-inf"), cum[:, None] - cum[None, :]))  # exactly 0 when later
     cum_last = tl.sum(tl.where(offs_c == CHUNK - 1, cum, 0.0), 0)
     at = slot.to(tl.int64) * HV + hv
-    by_k = (at * CHUNK + offs_c[:, None]) * DK + offs_k[None, :]
-    # the output side first, so q is dead before the WY system's tiles are live
-    tl.store(attn_ptr + (at * CHUNK + offs_c[:, None]) * CHUNK + offs_c[None, :],
-             qk * r_q[:, None] * r_k[None, :] * decay)
-    tl.store(qe_ptr + by_k, q * tl.exp(cum)[:, None])
-    tl.store(ke_ptr + by_k, k * tl.exp(cum_last - cum)[:, None])
+    # ChunkWork tiles as one scalar base pointer each plus constant int32 offsets: ptxas folds those into
+    # the stores' immediates instead of keeping a 64-bit address per vector live
+    by_k = offs_c[:, None] * DK + offs_k[None, :]
     tl.store(decay_ptr + at, tl.exp(cum_last))
 
-    k_beta = k * beta[:, None]
+    # k first (ke written, k k^T and the norms kept), then q (qe and attn written): q's tiles die before
+    # the WY system's are live, and k's fp32 copy before q is loaded.
+    # q k^T and k k^T multiply the loaded values and normalise after: products of 16-bit inputs are exact
+    # in the fp32 accumulator, so one bf16 product is as accurate as tf32x3 on normalised fp32 copies
+    k = tl.load(k_ptr + row[:, None] * K_ST + hk * K_SH + offs_k[None, :], mask=valid[:, None], other=0.0)
+    kk = tl.dot(k, tl.trans(k), input_precision=DOT)
+    kf = k.to(tl.float32)
+    r_k = tl.rsqrt(tl.sum(kf * kf, 1) + EPS)
+    tl.store(ke_ptr + at * (CHUNK * DK) + by_k, (kf * r_k[:, None]) * tl.exp(cum_last - cum)[:, None])
+    q = tl.load(q_ptr + row[:, None] * Q_ST + hk * Q_SH + offs_k[None, :], mask=valid[:, None], other=0.0)
+    qk = tl.dot(q, tl.trans(k), input_precision=DOT)
+    qf = q.to(tl.float32)
+    r_q = tl.rsqrt(tl.sum(qf * qf, 1) + EPS) * scale
+    tl.store(qe_ptr + at * (CHUNK * DK) + by_k, (qf * r_q[:, None]) * tl.exp(cum)[:, None])
+    decay = tl.exp(tl.where(later, float("-inf"), cum[:, None] - cum[None, :]))  # exactly 0 when later
+    tl.store(attn_ptr + at * (CHUNK * CHUNK) + offs_c[:, None] * CHUNK + offs_c[None, :],
+             qk * r_q[:, None] * r_k[None, :] * decay)
+
     system = kk * (beta * r_k)[:, None] * r_k[None, :] * decay
     system = tl.where(offs_c[:, None] > offs_c[None, :], system, 0.0)  # strictly lower: the unit diagonal
     inv = _unit_lower_inverse(system, CHUNK, CHUNK // 4, DOT)
-    tl.store(w_ptr + by_k, tl.dot(inv, k_beta * tl.exp(cum)[:, None], input_precision=DOT))
-    v = tl.load(v_ptr + row[:, None] * V_ST + hv * V_SH + offs_v[None, :], mask=valid[:, None],
-                other=0.0).to(tl.float32)
-    tl.store(u_ptr + (at * CHUNK + offs_c[:, None]) * DV + offs_v[None, :],
-             tl.dot(inv, v * beta[:, None], input_precision=DOT))
+    # w = T (k_beta e^cum) and u = T (beta v) in blocks of at most 64 columns, from k and v loaded again
+    # (L2 hits; all blocks' loads issued together): no [CHUNK, Dk] fp32 tile lives across the inverse, and
+    # one block's operand and product at a time after it
+    WB: tl.constexpr = DK // 2 if DK > 64 else DK
+    UB: tl.constexpr = DV // 2 if DV > 64 else DV
+    offs_w = tl.arange(0, WB)
+    offs_u = tl.arange(0, UB)
+    k_at = k_ptr + row[:, None] * K_ST + hk * K_SH + offs_w[None, :]
+    v_at = v_ptr + row[:, None] * V_ST + hv * V_SH + offs_u[None, :]
+    k0 = tl.load(k_at, mask=valid[:, None], other=0.0)
+    v0 = tl.load(v_at, mask=valid[:, None], other=0.0)
+    if DK > WB:
+        k1 = tl.load(k_at + WB, mask=valid[:, None], other=0.0)
+    if DV > UB:
+        v1 = tl.load(v_at + UB, mask=valid[:, None], other=0.0)
+    e_cum = tl.exp(cum)
+    w_at = w_ptr + at * (CHUNK * DK) + offs_c[:, None] * DK + offs_w[None, :]
+    u_at = u_ptr + at * (CHUNK * DV) + offs_c[:, None] * DV + offs_u[None, :]
+    k_beta = (k0.to(tl.float32) * r_k[:, None]) * beta[:, None]
+    tl.store(w_at, tl.dot(inv, k_beta * e_cum[:, None], input_precision=DOT))
+    if DK > WB:
+        k_beta = (k1.to(tl.float32) * r_k[:, None]) * beta[:, None]
+        tl.store(w_at + WB, tl.dot(inv, k_beta * e_cum[:, None], input_precision=DOT))
+    tl.store(u_at, tl.dot(inv, v0.to(tl.float32) * beta[:, None], input_precision=DOT))
+    if DV > UB:
+        tl.store(u_at + UB, tl.dot(inv, v1.to(tl.float32) * beta[:, None], input_precision=DOT))
 
 
 @triton.jit
@@ -241,13 +268,18 @@ def gdn_state_kernel(
     for c in range(tl.cdiv(total, CHUNK)):
         chunk = (first + c).to(tl.int64)
         at = chunk * HV + hv
-        by_k = (at * CHUNK + offs_c[:, None]) * DK + offs_k[None, :]
-        by_v = (at * CHUNK + offs_c[:, None]) * DV + offs_v[None, :]
+        # scalar chunk base pointers and constant int32 tile offsets: no 64-bit address per vector stays
+        # live across the loop (64 bytes of spills a thread at Dk = Dv = 128 with int64 offset tiles)
+        by_k = offs_c[:, None] * DK + offs_k[None, :]
+        by_v = offs_c[:, None] * DV + offs_v[None, :]
+        w_c = w_ptr + at * (CHUNK * DK)
+        ke_c = ke_ptr + at * (CHUNK * DK)
+        u_c = u_ptr + at * (CHUNK * DV)
         tl.store(states_ptr + chunk * slot_size + state_at, state)
-        v_new = tl.load(u_ptr + by_v) - tl.dot(tl.load(w_ptr + by_k), state, input_precision=DOT)
-        tl.store(u_ptr + by_v, v_new)
+        v_new = tl.load(u_c + by_v) - tl.dot(tl.load(w_c + by_k), state, input_precision=DOT)
+        tl.store(u_c + by_v, v_new)
         # Only full chunks move the state on: a partial last chunk is recomputed by the children it ends at.
-        moved = state * tl.load(decay_ptr + at) + tl.dot(tl.trans(tl.load(ke_ptr + by_k)), v_new,
+        moved = state * tl.load(decay_ptr + at) + tl.dot(tl.trans(tl.load(ke_c + by_k)), v_new,
                                                           input_precision=DOT)
         state = tl.where(c < n_full, moved, state)
 
@@ -280,11 +312,11 @@ def gdn_out_kernel(
     offs_k = tl.arange(0, DK)
     offs_v = (tl.program_id(0) % (DV // BLOCK_O)) * BLOCK_O + tl.arange(0, BLOCK_O)
     at = slot.to(tl.int64) * HV + hv
-    state = tl.load(states_ptr + (at * DK + offs_k[:, None]) * DV + offs_v[None, :])
-    o = tl.dot(tl.load(qe_ptr + (at * CHUNK + offs_c[:, None]) * DK + offs_k[None, :]), state,
+    state = tl.load(states_ptr + at * (DK * DV) + offs_k[:, None] * DV + offs_v[None, :])
+    o = tl.dot(tl.load(qe_ptr + at * (CHUNK * DK) + offs_c[:, None] * DK + offs_k[None, :]), state,
                input_precision=DOT_OUT)
-    attn = tl.load(attn_ptr + (at * CHUNK + offs_c[:, None]) * CHUNK + offs_c[None, :])
-    o = tl.dot(attn, tl.load(u_ptr + (at * CHUNK + offs_c[:, None]) * DV + offs_v[None, :]), o,
+    attn = tl.load(attn_ptr + at * (CHUNK * CHUNK) + offs_c[:, None] * CHUNK + offs_c[None, :])
+    o = tl.dot(attn, tl.load(u_ptr + at * (CHUNK * DV) + offs_c[:, None] * DV + offs_v[None, :]), o,
                input_precision=DOT_OUT)
     pos = c * CHUNK + offs_c
     own = (pos < total) & (pos >= n_tail)
