@@ -80,6 +80,39 @@ def _gemm_tile(x_ptr, w_ptr, y_ptr, M, pid_m, pid_n,
 
 
 @triton.jit
+def gemm_silu_mul_kernel(
+    x_ptr, wg_ptr, wu_ptr, y_ptr,
+    M,  # i32: rows of x and y
+    N: tl.constexpr, K: tl.constexpr,
+    X_ST: tl.constexpr, W_ST: tl.constexpr, Y_ST: tl.constexpr,  # row strides (both W share one)
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    """y = silu(x @ Wg^T) * (x @ Wu^T), the SwiGLU product, in the projections' epilogue. Each accumulator
+    sees gemm_kernel's products in its order and is rounded to y's dtype before the product, as the two
+    stored projections were, and the product is computed as pointwise.binary_kernel's SILU_MUL does."""
+    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    x_rows = x_ptr + rm.to(tl.int64)[:, None] * X_ST
+    w_at = rn.to(tl.int64)[:, None] * W_ST
+    acc_g = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    acc_u = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        kk = k0 + rk
+        x = tl.load(x_rows + kk[None, :], mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
+        w_mask = (rn[:, None] < N) & (kk[None, :] < K)
+        wg = tl.load(wg_ptr + w_at + kk[None, :], mask=w_mask, other=0.0)
+        wu = tl.load(wu_ptr + w_at + kk[None, :], mask=w_mask, other=0.0)
+        acc_g = tl.dot(x, tl.trans(wg), acc_g, input_precision="ieee")
+        acc_u = tl.dot(x, tl.trans(wu), acc_u, input_precision="ieee")
+    gate = acc_g.to(y_ptr.dtype.element_ty).to(tl.float32)
+    up = acc_u.to(y_ptr.dtype.element_ty).to(tl.float32)
+    y = y_ptr + rm.to(tl.int64)[:, None] * Y_ST + rn[None, :]
+    tl.store(y, (gate / (1.0 + tl.exp(-gate)) * up).to(y_ptr.dtype.element_ty),
+             mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+@triton.jit
 def gemm_kernel(
     x_ptr, w_ptr, y_ptr,
     M,  # i32: rows of x and y (the only size that varies between launches)
@@ -134,9 +167,10 @@ class GemmSpec:
     strides: tuple[int, int, int]  # row strides of x, W, y, in elements
     tiles: GemmTiles
 
-    def signature(self) -> dict[str, str]:
+    def signature(self, pointers: tuple[str, ...] = ("x_ptr", "w_ptr", "y_ptr")) -> dict[str, str]:
+        """The kernel's parameter types; gemm_silu_mul_kernel names its pointers x, wg, wu, y."""
         ptr = "*" + _DTYPES[self.dtype]
-        sig = {"x_ptr": ptr, "w_ptr": ptr, "y_ptr": ptr, "M": "i32"}
+        sig = {name: ptr for name in pointers} | {"M": "i32"}
         return sig | {name: "constexpr" for name in self.constexprs()}
 
     def constexprs(self) -> dict[str, int]:
@@ -169,6 +203,31 @@ def linear(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = Non
     if x.shape[0] > 0:
         eager.launch(gemm_kernel, spec.grid(x.shape[0]), x, weight, out, x.shape[0], device=x.device,
                      num_warps=spec.tiles.num_warps, num_stages=spec.tiles.num_stages, **spec.constexprs())
+    return out
+
+
+SILU_MUL_POINTERS = ("x_ptr", "wg_ptr", "wu_ptr", "y_ptr")
+
+
+def silu_mul_spec(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, y: torch.Tensor) -> GemmSpec:
+    """gemm_silu_mul_kernel's spec: gemm_kernel's for one projection (signature(SILU_MUL_POINTERS)), both
+    weights alike."""
+    spec = gemm_spec(x, w_gate, y)
+    if w_up.shape != w_gate.shape or w_up.dtype != w_gate.dtype or w_up.stride() != w_gate.stride():
+        raise ValueError(f"gate {tuple(w_gate.shape)} and up {tuple(w_up.shape)} weights differ")
+    return spec
+
+
+def linear_silu_mul(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor,
+                    out: torch.Tensor | None = None) -> torch.Tensor:
+    """silu(x @ Wg^T) * (x @ Wu^T) in one launch, run eagerly. `out` defaults to a NaN-filled tensor."""
+    if out is None:
+        out = torch.full((x.shape[0], w_gate.shape[0]), float("nan"), dtype=x.dtype, device=x.device)
+    spec = silu_mul_spec(x, w_gate, w_up, out)
+    if x.shape[0] > 0:
+        eager.launch(gemm_silu_mul_kernel, spec.grid(x.shape[0]), x, w_gate, w_up, out, x.shape[0],
+                     device=x.device, num_warps=spec.tiles.num_warps, num_stages=spec.tiles.num_stages,
+                     **spec.constexprs())
     return out
 
 

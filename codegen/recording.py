@@ -203,6 +203,14 @@ def _gemm_group(ctx: EmitContext, outs: tuple[torch.Tensor, ...], x: torch.Tenso
                        spec.signature(), spec.constexprs(), t.num_warps, t.num_stages)]
 
 
+def _gemm_silu_mul(ctx: EmitContext, out: torch.Tensor, x: torch.Tensor, w_gate: torch.Tensor,
+                   w_up: torch.Tensor) -> list[KernelCall]:
+    spec = gemm.silu_mul_spec(x, w_gate, w_up, out)
+    t = spec.tiles
+    return [KernelCall(gemm.gemm_silu_mul_kernel, spec.grid(x.shape[0]), (x, w_gate, w_up, out, x.shape[0]),
+                       spec.signature(gemm.SILU_MUL_POINTERS), spec.constexprs(), t.num_warps, t.num_stages)]
+
+
 def _attention(ctx: EmitContext, out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                gate: torch.Tensor, segments: torch.Tensor) -> list[KernelCall]:
     b = ctx.bucket
@@ -276,6 +284,7 @@ def _pw(fn: Callable[..., KernelCall]) -> Emitter:
 
 register_emitter("linear", _gemm, (gemm.gemm_kernel,))
 register_emitter("linear_group", _gemm_group, (gemm.gemm_group_kernel,))
+register_emitter("linear_silu_mul", _gemm_silu_mul, (gemm.gemm_silu_mul_kernel,))
 register_emitter("fork_conv_static", _conv, (conv.fork_conv_kernel,))
 register_emitter("fork_gdn_static", _gdn, (gdn.gdn_prep_kernel, gdn.gdn_state_kernel, gdn.gdn_out_kernel))
 register_emitter("fork_gdn_gated", _gdn_gated, ())
@@ -313,6 +322,7 @@ F32 = torch.float32
 OUTPUTS: dict[str, Callable[..., Any]] = {  # leaf op -> its output(s) on the meta device
     "linear": lambda x, w: _like(x, shape=(x.shape[0], w.shape[0])),
     "linear_group": lambda x, ws: tuple(_like(x, shape=(x.shape[0], w.shape[0])) for w in ws),
+    "linear_silu_mul": lambda x, wg, wu: _like(x, shape=(x.shape[0], wg.shape[0])),
     "rms_norm": lambda x, w, eps: _like(x),
     "rms_norm_f32": lambda x, w, eps: _like(x, F32),
     "add_rms_norm": lambda x, y, w, eps: (_like(x), _like(x)),

@@ -89,6 +89,11 @@ def silu_mul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return F.silu(a) * b
 
 
+def linear_silu_mul(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> torch.Tensor:
+    """The SwiGLU product silu(x @ Wg^T) * (x @ Wu^T) in one launch (the product in the GEMM's epilogue)."""
+    return silu_mul(ops.linear(x, w_gate), ops.linear(x, w_up))
+
+
 def add_rms_norm(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor, eps: float
                  ) -> tuple[torch.Tensor, torch.Tensor]:
     """The residual add and the norm of its sum: (x + y, rms_norm(x + y))."""
@@ -103,7 +108,7 @@ def rms_norm_f32(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Ten
 
 GRAPH_OPS: tuple[Callable, ...] = (
     fork_conv_static, fork_attention_static, fork_attention_gated, fork_gdn_static, fork_gdn_gated, gather_rows,
-    label_head, linear_group, silu_mul, add_rms_norm, rms_norm_f32,
+    label_head, linear_group, linear_silu_mul, silu_mul, add_rms_norm, rms_norm_f32,
 )
 for _fn in GRAPH_OPS:
     torch.fx.wrap(_fn.__name__)

@@ -1,14 +1,20 @@
-"""Projection grouping: the linears that read one input become one `linear_group` launch.
+"""Projection grouping: the linears that read one input run as one launch.
 
-Consumes a lowered model graph; produces the graph where every set of two or more `linear(x, W)` nodes with
-the same x (a node) and parameter weights of one dtype and inner size is replaced, in graph order and at
-most MAX_GROUP at a time, by `linear_group(x, (W0, W1, ...))` and a `getitem` per member. In Qwen3.5 that
-is a Gated DeltaNet layer's qkv, z, b and a projections, an attention layer's q, k and v, and each MLP's
-gate and up: 186 GEMM launches a 0.8B pass become 96, and the N = 16 projections b and a stop costing a
-launch each. Each member keeps its own output tensor, so no consumer changes.
-Numerics: the group's kernel (codegen/gemm.gemm_group_kernel) computes each member's tiles exactly as a
-launch of its own would (same tiles, K from 0 upward, no split-K), so the answers are torch.equal, on the
-reference executor (the op's body is the members' linears) and on the kernels.
+Consumes a lowered, fused model graph (fuse_pointwise: the SwiGLU product is `silu_mul`); produces the graph
+with two rewrites, in this order:
+- `silu_mul(linear(x, Wg), linear(x, Wu))`, each linear used only there and the weights alike ->
+  `linear_silu_mul(x, Wg, Wu)`: both projections and the product in one launch, which writes the product
+  only (codegen/gemm.gemm_silu_mul_kernel);
+- every other set of two or more `linear(x, W)` nodes with the same x (a node) and parameter weights of one
+  dtype and inner size -> in graph order, at most MAX_GROUP at a time, `linear_group(x, (W0, W1, ...))` and a
+  `getitem` per member, each member keeping its own output tensor (codegen/gemm.gemm_group_kernel).
+In Qwen3.5 that makes each MLP's gate, up and SwiGLU product one launch, a Gated DeltaNet layer's qkv, z, b
+and a projections one, and an attention layer's q, k and v one: the 186 GEMM launches and 24 SwiGLU
+launches of a 0.8B pass become 96, and the N = 16 projections b and a stop costing a launch each.
+Numerics: the kernels compute each projection's tiles exactly as a launch of its own would (same tiles, K
+from 0 upward, no split-K), so the projections are torch.equal; the SwiGLU epilogue rounds each projection
+to the model dtype first, as the stored projections were. The reference bodies are the unfused ops, so the
+answers on the reference executor are torch.equal.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ import torch
 import torch.fx
 
 from flidec.ir.errors import FlideError
-from flidec.passes.graph import copy_module, finish, is_lowered, linear_group, op_name
+from flidec.passes.graph import copy_module, finish, is_lowered, linear_group, linear_silu_mul, op_name
 from flidec.passes.manager import register
 
 MAX_GROUP = 4  # the members codegen/gemm.gemm_group_kernel takes
@@ -32,6 +38,8 @@ def group_linears(gm: torch.fx.GraphModule, ctx: object = None) -> torch.fx.Grap
     gm = copy_module(gm)
     g = gm.graph
     params = dict(gm.named_parameters())
+    for n in list(g.nodes):
+        _fuse_silu_mul(g, n, params)
     by_input: dict[tuple[torch.fx.Node, torch.dtype, int], list[torch.fx.Node]] = {}
     for n in g.nodes:
         x, w = n.args[:2] if op_name(n) == "linear" else (None, None)
@@ -43,6 +51,24 @@ def group_linears(gm: torch.fx.GraphModule, ctx: object = None) -> torch.fx.Grap
             if len(part := members[i : i + MAX_GROUP]) > 1:
                 _group(g, part)
     return finish(gm)
+
+
+def _fuse_silu_mul(g: torch.fx.Graph, n: torch.fx.Node, params: dict[str, torch.Tensor]) -> None:
+    if op_name(n) != "silu_mul":
+        return
+    gate, up = n.args
+    if not all(isinstance(p, torch.fx.Node) and op_name(p) == "linear" and len(p.users) == 1
+               and isinstance(p.args[1], torch.fx.Node) and p.args[1].op == "get_attr"
+               and str(p.args[1].target) in params for p in (gate, up)):
+        return
+    (x, w_gate), (x_up, w_up) = gate.args, up.args
+    pg, pu = params[str(w_gate.target)], params[str(w_up.target)]
+    if x is not x_up or pg.shape != pu.shape or pg.dtype != pu.dtype or pg.stride() != pu.stride():
+        return
+    with g.inserting_before(n):
+        n.replace_all_uses_with(g.call_function(linear_silu_mul, (x, w_gate, w_up)))
+    for dead in (n, gate, up):
+        g.erase_node(dead)
 
 
 def _group(g: torch.fx.Graph, members: list[torch.fx.Node]) -> None:

@@ -1,12 +1,13 @@
 """Batch-invariant GEMM: agrees with torch, and a row's bits depend neither on M nor on the row's tile; a group
-launch gives each member exactly its own launch's bits."""
+launch gives each member exactly its own launch's bits, and the SwiGLU epilogue those of the product of the
+two stored projections."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from flidec.codegen.gemm import GROUP, linear, linear_group
+from flidec.codegen.gemm import GROUP, linear, linear_group, linear_silu_mul
 from flidec.runtime.reference import ops
 from flidec.runtime.reference.tolerance import TOLERANCE
 
@@ -99,3 +100,24 @@ def test_group_refuses_bad_members() -> None:
         linear_group(x, (w,) * (GROUP + 1))
     with pytest.raises(ValueError, match="do not compose"):
         linear_group(x, (w, w[:, :8]))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_silu_mul_epilogue_equals_the_product_of_the_stored_projections(dtype, device) -> None:
+    from flidec.codegen import gemm, pointwise
+    from flidec.passes import graph
+
+    g = torch.Generator().manual_seed(6)
+    w_gate, w_up = ((torch.randn(200, 96, generator=g) / 96**0.5).to(dtype).to(device) for _ in range(2))
+    for m in (37, gemm.TILES[torch.bfloat16][0][0] + 3):  # both rungs; N = 200 leaves a partial tile
+        x = torch.randn(m, 96, generator=g).to(dtype).to(device)
+        unfused = torch.full((m, 200), float("nan"), dtype=dtype, device=device)
+        call = pointwise.emit_binary(pointwise.SILU_MUL, linear(x, w_gate), linear(x, w_up), unfused)
+        pointwise.eager.launch(call.kernel, call.grid, *call.args, device=device, **call.constexprs)
+        fused = linear_silu_mul(x, w_gate, w_up)
+        assert not fused.isnan().any() and torch.equal(fused, unfused), f"M={m}"
+        atol, rtol = TOLERANCE[dtype]
+        reference = graph.linear_silu_mul(x.cpu(), w_gate.cpu(), w_up.cpu())
+        torch.testing.assert_close(fused.cpu(), reference, atol=atol, rtol=rtol)
+    with pytest.raises(ValueError, match="weights differ"):
+        linear_silu_mul(x, w_gate, w_up[:100])

@@ -54,8 +54,9 @@ def test_recording_is_complete_and_round_trips(model) -> None:
     assert json.loads(blob)["complete"] is True
     ops = [s.op for s in rec.steps]
     assert ops.count("fork_attention_gated") == 1
-    # GDN layers: (qkv, a, b, z), out; the attention layer: (q, k, v), o; every MLP: (gate, up), down
-    assert ops.count("linear_group") == 2 * 4 and ops.count("linear") == 2 * 4
+    # GDN layers: (qkv, a, b, z), out; the attention layer: (q, k, v), o; every MLP: silu(gate) * up, down
+    assert ops.count("linear_group") == 4 and ops.count("linear_silu_mul") == 4 and ops.count("linear") == 8
+    assert "silu_mul" not in ops
     assert ops[0] == "embedding" and ops[-1] == "label_head"
 
 
