@@ -14,14 +14,19 @@ kernels by total device time, with each call of the per-layer attention and Gate
 `--concurrent NAME*N`, first (with only the graph program loaded) N instances of a workload (its instances
 repeated in order) go through one `label_logits` call, the offline path with all N in flight: wall time
 and peak GPU memory (torch's allocator: the arena, weights, staging and results; cuda.core allocates
-nothing). Writes the report as JSON (`--out`) and prints it. A diagnostic for the runtime's performance
+nothing). With `--host-profile`, each workload's label_logits calls also run under cProfile, and the
+functions with the most time of their own are listed (the device wait shows as the event's synchronize).
+Writes the report as JSON (`--out`) and prints it. A diagnostic for the runtime's performance
 work (docs/DESIGN.md), not a benchmark: the harness's numbers are benchmarks/run.py's.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import io
 import json
+import pstats
 import statistics
 import sys
 import tempfile
@@ -88,7 +93,20 @@ def kernel_table(engine, key: str, top: int = 14) -> tuple[list[dict], dict[str,
     return rows[:top], calls
 
 
-def profile_instances(graphs, eager, insts: list[dict]) -> dict:
+def host_profile(fn, n: int = 20, top: int = 14) -> list[str]:
+    """cProfile of n calls of fn: the `top` functions by time spent in themselves, one line each (ms a call)."""
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(n):
+        fn()
+    prof.disable()
+    stats = pstats.Stats(prof, stream=io.StringIO())
+    rows = sorted(stats.stats.items(), key=lambda kv: -kv[1][2])[:top]  # (file, line, name) -> (cc, nc, tt, ct)
+    return [f"{tt / n * 1e3:8.3f} ms own {ct / n * 1e3:8.3f} ms cum {nc // n:>6}x  {Path(f).name}:{line} {name}"
+            for (f, line, name), (_, nc, tt, ct, _) in rows]
+
+
+def profile_instances(graphs, eager, insts: list[dict], host: bool = False) -> dict:
     from flidec.runtime.program import _padded, stream_sizes
     from flidec.runtime.templates import bind_template
 
@@ -108,6 +126,7 @@ def profile_instances(graphs, eager, insts: list[dict]) -> dict:
         "eager_ms": median_ms(lambda: eager.engine._launch_all(key)),
         "launches": len(eager.engine.resolve(key)),
         **dict(zip(("kernels", "per_call_us"), kernel_table(eager.engine, key), strict=True)),
+        **({"host_profile": host_profile(lambda: graphs.label_logits(insts))} if host else {}),
     }
 
 
@@ -135,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workloads", default="independent,race,mixed,quality",
                    help="comma-separated; NAME*N profiles the first N instances bound into one stream (offline)")
     p.add_argument("--concurrent", default=None, help="NAME*N: N instances of NAME in one label_logits call")
+    p.add_argument("--host-profile", action="store_true", help="list label_logits' host functions (cProfile)")
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args(argv)
 
@@ -165,14 +185,16 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.workloads.split(","):
         workload, _, count = name.partition("*")
         insts = build_workload(workload, lambda s: len(tokenizer.encode(s))).instances[: int(count or 1)]
-        entry = profile_instances(graphs, eager, list(insts))
+        entry = profile_instances(graphs, eager, list(insts), args.host_profile)
         report["workloads"][name] = entry
-        print(json.dumps({name: {k: v for k, v in entry.items() if k not in ("kernels", "per_call_us")}}),
-              flush=True)
+        print(json.dumps({name: {k: v for k, v in entry.items() if k not in ("kernels", "per_call_us",
+                                                                              "host_profile")}}), flush=True)
         for row in entry["kernels"]:
             print(f"   {row['total_us']:>10.1f} us  {row['calls']:>4}x  {row['kernel']}", flush=True)
         for kernel, us in entry["per_call_us"].items():
             print(f"   {kernel}: first calls {us[:4]} us", flush=True)
+        for line in entry.get("host_profile", []):
+            print(f"   host {line}", flush=True)
     if args.out:
         args.out.write_text(json.dumps(report, indent=1) + "\n")
     return 0
