@@ -6,7 +6,10 @@ q's dtype (out * sigmoid(gate) when gated), written only at segment rows.
 One program per (q head, query tile). A query tile is block_m consecutive logical positions of one
 segment, aligned to multiples of block_m; it walks its path's keys in tiles of block_n logical positions
 aligned to multiples of block_n, mapping each key position to its stream row through the path levels (a key
-tile may straddle a fork point), with an online softmax in fp32.
+tile may straddle a fork point), with an online softmax in fp32 (exp2, the scale folded into its argument).
+The key tiles before the query tile are walked level by level of the path: a tile wholly inside one level
+is read from one scalar row pointer plus constant offsets (consecutive rows), a tile holding a fork point
+is gathered key by key; the way a tile is read changes its addresses, never its bits.
 Relies on (E3): every quantity a query's result depends on is a function of its path and its logical
 position alone (its row inside the query tile, the key tiles it walks, the column of each key inside them),
 so a forked stream and the plain single-sequence stream of the same path give identical bits, provided the
@@ -43,20 +46,52 @@ TILES: dict[int, AttentionTiles] = {
     256: AttentionTiles(block_m=64, block_n=64, num_warps=4, num_stages=2),
 }
 # Head dim 256 measured on the H200 (benchmarks/attention_tiles.py, 2026-11-29, 8 query and 2 kv heads, a
-# 5,000-token state with 9 branches): 0.63 ms at 4 warps, 0.81 at 8; 3 stages 0.74 (8 warps); 32-key tiles
-# 1.07; 128-query tiles with 32-key tiles and 1 stage 0.71 (64-key tiles at 128 queries: out of shared memory).
+# 5,000-token state with 9 branches; the kernel before its key tiles were read as runs): 0.63 ms at 4 warps,
+# 0.81 at 8; 3 stages 0.74 (8 warps); 32-key tiles 1.07; 128-query tiles with 32-key tiles and 1 stage 0.71.
+# Registers (benchmarks/attention_spills.py, Triton 3.6, sm_90, 8,2,256 gated, depth 4): 255 and STACK 120
+# bytes (160 before), mostly in the epilogue; the key-tile loop of runs is 541 SASS instructions with 3
+# local loads/stores (the loop before: 790), the whole kernel 5,200 (6,040). Not yet timed on the GPU:
+# num_stages=1 (96 KB of shared memory: two programs an SM, STACK 232), num_warps=8 (212 registers, no
+# spills), block_m=128 with num_warps=8 (192 KB with 2 stages; 255 registers, STACK 56, loop 465).
 
 _DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 _OPERANDS = ("Q", "K", "V", "G", "O")
 
 
 @triton.jit
-def _key_tile(q, m_i, l_i, acc, j, k_ptr, v_ptr, levels_ptr, seg, kv_head, qpos, key_end, qk_scale,
-              K_ST: tl.constexpr, K_SH: tl.constexpr, V_ST: tl.constexpr, V_SH: tl.constexpr,
-              HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, DEPTH: tl.constexpr, MASKED: tl.constexpr):
-    """One key tile of the online softmax. MASKED: the tile may hold keys past a query (causal) or past the
-    tile's own keys; without it every key precedes every query row, and the mask would keep them all: the
-    same bits, without the compare and select."""
+def _softmax_step(qk, m_i, l_i, acc, v, qk_scale):
+    """Folds one key tile's scores qk (unscaled, -inf where masked) and values v into the online softmax.
+    qk_scale = sm_scale * log2(e): m is kept in exp2 units and the scale is folded into the exp2 argument
+    (one FFMA a score). Every multiply that feeds an add is an explicit fma, so each copy of this step (run
+    and gathered tiles) rounds the same way whatever ptxas contracts: a tile gives the same bits either
+    way."""
+    m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+    alpha = tl.exp2(m_i - m_new)
+    p = tl.exp2(tl.fma(qk, qk_scale, -m_new[:, None]))
+    l_i = tl.fma(l_i, alpha, tl.sum(p, 1))
+    acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision="ieee")
+    return m_new, l_i, acc
+
+
+@triton.jit
+def _run_tile(q, m_i, l_i, acc, k_tile, v_tile, k_offs, v_offs, qk_scale):
+    """A key tile whose keys are consecutive stream rows (inside one path level, all before every query of
+    the tile): scalar tile pointers plus the loop-invariant offsets of a tile's elements, so no per-key row
+    lookup and one 64-bit add an address (the offsets stay in registers: ptxas does not fold them into the
+    cp.async immediates, Triton's index math joins their parts with `or`)."""
+    k = tl.load(k_tile + k_offs)
+    v = tl.load(v_tile + v_offs)
+    qk = tl.dot(q, tl.trans(k), input_precision="ieee")
+    return _softmax_step(qk, m_i, l_i, acc, v, qk_scale)
+
+
+@triton.jit
+def _gather_tile(q, m_i, l_i, acc, j, k_head, v_head, levels_ptr, seg, qpos, key_end, qk_scale,
+                 K_ST: tl.constexpr, V_ST: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr,
+                 DEPTH: tl.constexpr, MASKED: tl.constexpr):
+    """A key tile mapped key by key to stream rows through the path levels: one that straddles a fork point,
+    or (MASKED) one that may hold keys past a query (causal) or past the tile's own keys. Without MASKED
+    every key precedes every query row, and the mask would keep them all: the same bits, without it."""
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
     kpos = j * BLOCK_N + offs_n
@@ -65,27 +100,21 @@ def _key_tile(q, m_i, l_i, acc, j, k_ptr, v_ptr, levels_ptr, seg, kv_head, qpos,
     for d in tl.static_range(DEPTH):
         start = tl.load(levels_ptr + (seg * DEPTH + d) * 2)
         pos0 = tl.load(levels_ptr + (seg * DEPTH + d) * 2 + 1)
-        krow = tl.where(kpos >= pos0, start + kpos - pos0, krow)
+        krow = tl.where(kpos >= pos0, kpos + (start - pos0), krow)
     krow64 = krow.to(tl.int64)
-    k_off = krow64[:, None] * K_ST + kv_head * K_SH + offs_d[None, :]
-    v_off = krow64[:, None] * V_ST + kv_head * V_SH + offs_d[None, :]
+    k_ptrs = k_head + krow64[:, None] * K_ST + offs_d[None, :]
+    v_ptrs = v_head + krow64[:, None] * V_ST + offs_d[None, :]
     if MASKED:
         kvalid = kpos < key_end
-        k = tl.load(k_ptr + k_off, mask=kvalid[:, None], other=0.0)
-        v = tl.load(v_ptr + v_off, mask=kvalid[:, None], other=0.0)
+        k = tl.load(k_ptrs, mask=kvalid[:, None], other=0.0)
+        v = tl.load(v_ptrs, mask=kvalid[:, None], other=0.0)
         qk = tl.dot(q, tl.trans(k), input_precision="ieee")
-        causal = (kpos[None, :] <= qpos[:, None]) & kvalid[None, :]
-        s = tl.where(causal, qk * qk_scale, float("-inf"))
+        qk = tl.where((kpos[None, :] <= qpos[:, None]) & kvalid[None, :], qk, float("-inf"))
     else:
-        k = tl.load(k_ptr + k_off)
-        v = tl.load(v_ptr + v_off)
-        s = tl.dot(q, tl.trans(k), input_precision="ieee") * qk_scale
-    m_new = tl.maximum(m_i, tl.max(s, 1))
-    alpha = tl.exp2(m_i - m_new)
-    p = tl.exp2(s - m_new[:, None])
-    l_i = l_i * alpha + tl.sum(p, 1)
-    acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision="ieee")
-    return m_new, l_i, acc
+        k = tl.load(k_ptrs)
+        v = tl.load(v_ptrs)
+        qk = tl.dot(q, tl.trans(k), input_precision="ieee")
+    return _softmax_step(qk, m_i, l_i, acc, v, qk_scale)
 
 
 @triton.jit
@@ -116,37 +145,70 @@ def fork_attention_kernel(
     key_end = qpos0 + count  # keys at or past it are past every query of the tile
 
     # The tile's rows are the aligned positions [base, base + BLOCK_M); only [qpos0, key_end) are its own.
+    # Rows are addressed from the tile's scalar first-row pointer plus int32 offsets (|row - row0| < BLOCK_M).
     base = qpos0 - qpos0 % BLOCK_M
     offs_m = tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
     qpos = base + offs_m
-    qvalid = (qpos >= qpos0) & (qpos < key_end)
-    qrow = (row0 + qpos - qpos0).to(tl.int64)
-    q = tl.load(q_ptr + qrow[:, None] * Q_ST + head * Q_SH + offs_d[None, :], mask=qvalid[:, None], other=0.0)
+    q_rows = tl.where((qpos >= qpos0) & (qpos < key_end), qpos - qpos0, 0)  # the fill keeps offsets in range
+    q_tile = q_ptr + row0.to(tl.int64) * Q_ST + head * Q_SH
+    q = tl.load(q_tile + q_rows[:, None] * Q_ST + offs_d[None, :],
+                mask=((qpos >= qpos0) & (qpos < key_end))[:, None], other=0.0)
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
     qk_scale = sm_scale * 1.4426950408889634  # exp(x) = exp2(x * log2(e))
-    # The same key tiles for a query whatever its tile's count: up to the tile's aligned end. Key tiles wholly
-    # before `base` precede every row of the tile and are the tile's own keys (key_end > qpos0 >= base): no
-    # mask.
+    k_head = k_ptr + kv_head * K_SH
+    v_head = v_ptr + kv_head * V_SH
+    k_offs = offs_n[:, None].to(tl.int64) * K_ST + offs_d[None, :]
+    v_offs = offs_n[:, None].to(tl.int64) * V_ST + offs_d[None, :]
+    # The same key tiles for a query whatever its tile's count: up to the tile's aligned end, in order. Key
+    # tiles wholly before `base` ("open": j < num_open) precede every row of the tile and are the tile's own
+    # keys (key_end > qpos0 >= base): no mask. They are walked level by level of the path: a tile holding a
+    # fork point (level d's first position lo not on a tile boundary) is gathered key by key, and the run of
+    # tiles wholly inside level d after it reads consecutive rows from a scalar pointer. Which way a tile is
+    # read changes addresses only, never its bits.
     num_key_tiles = tl.cdiv(base + BLOCK_M, BLOCK_N)
     num_open = base // BLOCK_N
-    for j in range(num_open):
-        m_i, l_i, acc = _key_tile(q, m_i, l_i, acc, j, k_ptr, v_ptr, levels_ptr, seg, kv_head, qpos, key_end,
-                                  qk_scale, K_ST, K_SH, V_ST, V_SH, HEAD_DIM, BLOCK_N, DEPTH, False)
+    jt = num_open * 0  # the next key tile to walk
+    for d in range(DEPTH):
+        lv = levels_ptr + (seg * DEPTH + d) * 2
+        start = tl.load(lv)
+        lo = tl.load(lv + 1)  # 2**31 - 1 on padding levels: no tiles
+        hi = tl.load(lv + 3, mask=d + 1 < DEPTH, other=2147483647)  # the next level's first position
+        js = lo // BLOCK_N
+        if (lo % BLOCK_N != 0) & (js >= jt) & (js < num_open):
+            m_i, l_i, acc = _gather_tile(q, m_i, l_i, acc, js, k_head, v_head, levels_ptr, seg, qpos, key_end,
+                                         qk_scale, K_ST, V_ST, HEAD_DIM, BLOCK_N, DEPTH, False)
+            jt = js + 1
+        j_end = tl.minimum(hi // BLOCK_N, num_open)
+        for j in range(jt, j_end):
+            row = (start - lo + j * BLOCK_N).to(tl.int64)  # stream row of the tile's first key
+            m_i, l_i, acc = _run_tile(q, m_i, l_i, acc, k_head + row * K_ST, v_head + row * V_ST, k_offs,
+                                      v_offs, qk_scale)
+        jt = tl.maximum(jt, j_end)
     for j in range(num_open, num_key_tiles):
-        m_i, l_i, acc = _key_tile(q, m_i, l_i, acc, j, k_ptr, v_ptr, levels_ptr, seg, kv_head, qpos, key_end,
-                                  qk_scale, K_ST, K_SH, V_ST, V_SH, HEAD_DIM, BLOCK_N, DEPTH, True)
+        m_i, l_i, acc = _gather_tile(q, m_i, l_i, acc, j, k_head, v_head, levels_ptr, seg, qpos, key_end,
+                                     qk_scale, K_ST, V_ST, HEAD_DIM, BLOCK_N, DEPTH, True)
 
     # l_i > 0 at every row of the tile's own (each walks at least its own key); other rows store nothing
-    out = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]
+    out = acc * (1.0 / tl.where(l_i > 0.0, l_i, 1.0))[:, None]  # a division a row, not an element
+    # The output's rows from the tile's fields read again: nothing of the query rows' addressing stays live
+    # (in registers or spilled) across the key loops.
+    row0 = tl.load(tiles_ptr + tile * 4 + 1)
+    qpos0 = tl.load(tiles_ptr + tile * 4 + 2)
+    key_end = qpos0 + tl.load(tiles_ptr + tile * 4 + 3)
+    qpos = qpos0 - qpos0 % BLOCK_M + offs_m
+    qvalid = (qpos >= qpos0) & (qpos < key_end)
+    q_rows = tl.where(qvalid, qpos - qpos0, 0)
     if HAS_GATE:
-        g = tl.load(gate_ptr + qrow[:, None] * G_ST + head * G_SH + offs_d[None, :], mask=qvalid[:, None],
-                    other=0.0).to(tl.float32)
-        out = out / (1.0 + tl.exp(-g))
-    tl.store(out_ptr + qrow[:, None] * O_ST + head * O_SH + offs_d[None, :], out.to(out_ptr.dtype.element_ty),
+        g_tile = gate_ptr + row0.to(tl.int64) * G_ST + head * G_SH
+        g = tl.load(g_tile + q_rows[:, None] * G_ST + offs_d[None, :], mask=qvalid[:, None], other=0.0)
+        out = out / (1.0 + tl.exp2(g.to(tl.float32) * -1.4426950408889634))  # sigmoid: 1 / (1 + e^-g)
+    o_tile = out_ptr + row0.to(tl.int64) * O_ST + head * O_SH
+    tl.store(o_tile + q_rows[:, None] * O_ST + offs_d[None, :], out.to(out_ptr.dtype.element_ty),
              mask=qvalid[:, None])
 
 

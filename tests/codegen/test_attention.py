@@ -146,3 +146,25 @@ def test_fork_attention_refuses_unsupported_shapes() -> None:
     q, k, v, _ = inputs(meta, hq=2, hkv=1, d=48, dtype=torch.float32, device=torch.device("cpu"))
     with pytest.raises(ValueError, match="head dim 48"):
         fork_attention(q, k, v, meta)
+
+
+def test_fork_attention_walks_fork_points_in_open_tiles(device) -> None:
+    """Key tiles wholly before a query tile (read as runs of consecutive rows per path level, or gathered
+    key by key where a tile holds fork points): three fork points in one such tile (150, 170, 180), forks
+    on tile boundaries (128, 192), levels shorter than a tile, several whole tiles in a level; against the
+    oracle, the plain stream of every leaf's path (bitwise, E3) and tables padded to a larger bucket (E1)."""
+    meta = forest([(-1, 150), (0, 20), (1, 10), (2, 100), (-1, 128), (4, 64), (5, 100), (0, 50)],
+                  [0, 3, 0, 1, 2, 0, 0, 4])
+    q, k, v, gate = inputs(meta, hq=2, hkv=1, d=32, dtype=torch.float32, device=device, seed=3)
+    out = fork_attention(q, k, v, meta, gate)
+    rows = segment_mask(meta)
+    want = naive_fork_attention(q.cpu(), k.cpu(), v.cpu(), meta, gate.cpu())
+    assert_close(out.cpu()[rows], want[rows])
+    padded = fork_attention(q, k, v, meta, gate, num_tiles=30, depth=6, num_segments=11)
+    assert torch.equal(out[rows.to(device)], padded[rows.to(device)])
+    for leaf in (3, 6, 7):
+        path = path_rows(meta, leaf).to(device)
+        n = len(path)
+        plain_meta = build_meta((Segment(start=0, length=n, pos0=0, parent=-1, level=0),), (), n)
+        plain = fork_attention(q[path], k[path], v[path], plain_meta, gate[path])
+        assert torch.equal(out[path], plain), f"path to segment {leaf} differs from its plain stream"
