@@ -5,7 +5,10 @@
 Compiles codegen/gdn's prep, state walk and output kernels with their TILES for these head shapes (q/k/v
 bf16 read in place from a conv output, g and beta fp32, or with --fused the raw projections in bf16) through
 codegen/aot.compile_kernel, and prints per kernel cuobjdump's REG and STACK (bytes of local memory per
-thread: spills), shared memory and the SASS instruction count.
+thread: spills), shared memory and the SASS instruction count; for a kernel with a loop (the state walk: one
+iteration per chunk) also the loop body's instructions, from a backward branch's target to the branch, and
+its HGMMA, WARPGROUP.ARRIVE and BAR.SYNC among them. --state-warps / --state-stages override the walk's
+TILES entry.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--heads", default="16,16,128", help="key heads, value heads, head dim (0.8B: 16,16,128)")
     p.add_argument("--fused", action="store_true", help="the prep with the gate fused (a, b in bf16)")
+    p.add_argument("--state-warps", type=int, help="the walk's warps (default: its TILES entry)")
+    p.add_argument("--state-stages", type=int, help="the walk's pipelining stages (default: its TILES entry)")
     args = p.parse_args(argv)
     from flidec.codegen import aot, gdn
 
@@ -47,7 +52,7 @@ def main(argv: list[str] | None = None) -> None:
     kernels = {"gdn_prep_kernel": (gdn.gdn_prep_kernel, spec.prep_signature(), spec.prep_constexprs(),
                                    t.prep_warps, 1),
                "gdn_state_kernel": (gdn.gdn_state_kernel, spec.state_signature(), spec.state_constexprs(),
-                                    t.state_warps, t.state_stages),
+                                    args.state_warps or t.state_warps, args.state_stages or t.state_stages),
                "gdn_out_kernel": (gdn.gdn_out_kernel, spec.out_signature(), spec.out_constexprs(), t.out_warps, 1)}
     cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     print(f"heads {hk},{hv},{d} fused={args.fused}: {t}")
@@ -61,9 +66,25 @@ def main(argv: list[str] | None = None) -> None:
             sass = subprocess.run([str(cuobjdump), "-sass", str(cubin)], capture_output=True, text=True,
                                   check=True).stdout
             field = {f: re.search(rf"{f}:(\d+)", usage) for f in ("REG", "STACK")}
-            insts = len(re.findall(r"^\s+/\*[0-9a-f]{4,}\*/", sass, re.MULTILINE))
+            insts = re.findall(r"^\s+/\*([0-9a-f]{4,})\*/\s+([^;]*);", sass, re.MULTILINE)
             print(f"{name:18s} REG {field['REG'][1]:>3s}  STACK {field['STACK'][1]:>4s}  shared {k.shared:>6d}  "
-                  f"SASS {insts:>5d} instructions  ({warps} warps, {stages} stages)")
+                  f"SASS {len(insts):>5d} instructions  ({warps} warps, {stages} stages)")
+            for body in loops([(int(at, 16), text.strip()) for at, text in insts]):
+                count = {op: sum(t.split()[0].startswith(op) or f" {op}" in t for t in body)
+                         for op in ("HGMMA", "WARPGROUP.ARRIVE", "BAR.SYNC")}
+                print(f"{'':18s} loop body {len(body)} instructions: " + ", ".join(f"{op} {n}" for op, n in
+                                                                                  count.items()))
+
+
+def loops(insts: list[tuple[int, str]]) -> list[list[str]]:
+    """The instructions of each loop body: from a backward branch's target to the branch (not the
+    self-branch that ends the SASS)."""
+    bodies = []
+    for at, text in insts:
+        m = re.search(r"\bBRA (?:`\(\.L_x_\d+\)|0x([0-9a-f]+))", text)
+        if m and m[1] and int(m[1], 16) < at:
+            bodies.append([t for a, t in insts if int(m[1], 16) <= a <= at])
+    return bodies
 
 
 if __name__ == "__main__":

@@ -2,9 +2,9 @@
 
 Consumes q/k [T, Hk, Dk], v [T, Hv, Dv], the log-decay g and write strength beta [T, Hv] (fp32; or, with the
 gate fused, the raw projections a and b in the model dtype plus A_log and dt_bias), the GdnTables of
-runtime/tables.py, a ChunkWork scratch (fp32, per chunk slot and value head) and a buffer of fp32 state
-slots [slots, Hv, Dk, Dv]; produces out [T, Hv, Dv] in v's dtype, written only at segment rows, and the
-state slots that deeper levels start from.
+runtime/tables.py, a ChunkWork scratch (per chunk slot and value head: fp32, but w and ke as bf16 hi and lo
+planes with bf16x3 tiles) and a buffer of fp32 state slots [slots, Hv, Dk, Dv]; produces out [T, Hv, Dv] in
+v's dtype, written only at segment rows, and the state slots that deeper levels start from.
 Work items are segments; an item's chunks are CHUNK absolute positions each, the first gathering the
 ancestors' tail rows by index before the segment's own rows, so a branch forking inside a chunk recomputes
 only that chunk. The work splits as in flash-linear-attention's chunked kernels (GdnSpec.calls):
@@ -12,7 +12,8 @@ only that chunk. The work splits as in flash-linear-attention's chunked kernels 
   slot): all that does not depend on the state entering the chunk, in fp32 (the reference's WY/UT form):
   q, k L2-normalised (q also scaled), decays from the in-chunk cumulative sum of g, the masked in-chunk
   attention, q e^cum, k e^(last - cum), the chunk's total decay, the unit lower triangular system inverted
-  blockwise, and from it w and u, written to the ChunkWork;
+  blockwise, and from it w and u, written to the ChunkWork (with bf16x3 tiles, w and ke, the walk's only
+  operands that do not depend on the state, already split into bf16 hi and lo planes);
 - `gdn_state_kernel`, one launch per tree level, one program per (value head and BLOCK_V value columns, item):
   the state's walk, two dependent products per chunk, from the item's src slot (or zeros), saving the state
   entering each chunk and v_new, and after its last full chunk its dst slot;
@@ -64,14 +65,23 @@ class GdnTiles:
 # by Triton 3.6 for sm_90 are off by up to 0.5 against the reference on the H200 (gdn_tiles.py --heads
 # 2,4,16; fork == plain still holds), tf32x3 is within 2.4e-4; not investigated further, and 128 was checked
 # on the hardware. The interpreter computes every precision in fp32 (eager.py runs
-# bf16x3 there as ieee).
-# Registers (benchmarks/gdn_spills.py, Triton 3.6, sm_90, 0.8B shapes): prep 246 (fused gate 247), walk 219,
+# bf16x3 there as ieee), except the walk's explicit bf16 products below, which it multiplies as bf16.
+# With dot "bf16x3" the walk does not ask Triton for bf16x3 products (GdnSpec.split): Triton would split
+# w and ke [CHUNK, Dk] fp32 into hi = bf16(x) and lo = bf16(x - hi) in every program at every chunk,
+# though they do not depend on the state and are the same for all Dv / BLOCK_V programs of a head. The
+# prep stores them split instead (bf16 hi and lo planes, the bytes of the fp32 tile), and the walk loads
+# the planes as they are and writes Triton's three products itself, lo*hi + hi*lo first, then hi*hi (the
+# same terms and the same ~16 bits), splitting only the state [Dk, BLOCK_V] and v_new [CHUNK, BLOCK_V].
+# At 0.8B shapes (benchmarks/gdn_spills.py): the walk's loop body (one chunk) 1,102 -> 610 SASS
+# instructions, its 48 HGMMA unchanged; the prep 7,440 -> 7,928 instructions (fused gate 7,728 -> 8,240).
+# Registers (benchmarks/gdn_spills.py, Triton 3.6, sm_90, 0.8B shapes): prep 255 (fused gate 255), walk 204,
 # outputs 182, none spilling; before the kernels were reordered, prep and walk used 255 and spilled
 # 632 and 64 bytes a thread. What that took: the prep writes k's and q's outputs before the WY system and
 # computes w and u in 64-column blocks from k and v loaded again, so no [CHUNK, 128] fp32 tile lives across
 # the inverse; ChunkWork tiles are addressed from a scalar base pointer plus constant int32 offsets (folded
-# into the loads' and stores' immediates). Head dims under 128 (tf32x3) still spill in the prep (96 to 168
-# bytes). The walk with state_stages=2 uses 217 registers and prefetches w, ke, u by cp.async.
+# into the loads' and stores' immediates). Head dims under 128 (tf32x3) still spill in the prep (96 to 176
+# bytes). The walk with state_stages=2 prefetches the next chunk's w and ke planes and u by cp.async
+# (96 registers, 140 KiB of shared memory; the step 544 instructions): not yet timed with the planes.
 TILES: dict[int, GdnTiles] = {
     16: GdnTiles(block_v=16, state_warps=4, state_stages=1, prep_warps=4, block_o=16, out_warps=4, dot="tf32x3",
                  out_dot="tf32x3"),
@@ -128,6 +138,24 @@ def _chunk_of(chunks_ptr, items_ptr, slot, item, NUM_FIELDS: tl.constexpr, F_ROW
 
 
 @triton.jit
+def _split(x):
+    """x (fp32) as bf16 hi = bf16(x) and lo = bf16(x - hi): hi + lo holds about 16 bits of x's mantissa."""
+    hi = x.to(tl.bfloat16)
+    return hi, (x - hi.to(tl.float32)).to(tl.bfloat16)
+
+
+@triton.jit
+def _store_planes(at, x, PLANE: tl.constexpr, SPLIT: tl.constexpr):
+    """x at `at`: as is, or with SPLIT its bf16 hi there and its lo a PLANE further (_split)."""
+    if SPLIT:
+        hi, lo = _split(x)
+        tl.store(at, hi)
+        tl.store(at + PLANE, lo)
+    else:
+        tl.store(at, x)
+
+
+@triton.jit
 def gdn_prep_kernel(
     q_ptr, k_ptr, v_ptr,
     g_ptr, beta_ptr,  # fp32 g and beta [T, Hv]; with FUSED_GATE the raw projections a and b
@@ -135,7 +163,7 @@ def gdn_prep_kernel(
     items_ptr,  # int32 [items, NUM_FIELDS] (runtime/tables.py)
     tails_ptr,  # int32 [items, CHUNK]
     chunks_ptr,  # int32 [chunks, 2]: (item, chunk of the item) per chunk slot; item -1: nothing to do
-    w_ptr, u_ptr, qe_ptr, ke_ptr, attn_ptr, decay_ptr,  # fp32 per (chunk slot, value head): see below
+    w_ptr, u_ptr, qe_ptr, ke_ptr, attn_ptr, decay_ptr,  # per (chunk slot, value head): see below
     scale,  # fp32: q's scale after its L2 norm
     Q_ST: tl.constexpr, Q_SH: tl.constexpr, K_ST: tl.constexpr, K_SH: tl.constexpr,
     V_ST: tl.constexpr, V_SH: tl.constexpr, G_ST: tl.constexpr, B_ST: tl.constexpr,
@@ -143,11 +171,13 @@ def gdn_prep_kernel(
     NUM_FIELDS: tl.constexpr, F_ROW0: tl.constexpr, F_LENGTH: tl.constexpr, F_TAIL: tl.constexpr,
     FUSED_GATE: tl.constexpr, EPS: tl.constexpr,
     DOT: tl.constexpr,  # tl.dot input precision of the fp32 products (GdnTiles.dot)
+    SPLIT: tl.constexpr,  # w and ke as bf16 hi and lo planes (GdnSpec.split), else fp32
 ):
     """Everything of one chunk that does not depend on the state entering it, for one value head: with
     cum the in-chunk cumulative log-decay, w = T (beta k e^cum) and u = T (beta v) (T the inverse of the unit
     lower triangular WY system), qe = q e^cum, ke = k e^(cum_last - cum), attn = (q k^T) * e^(cum_i - cum_j)
-    masked to j <= i, and decay = e^cum_last."""
+    masked to j <= i, and decay = e^cum_last. All fp32 but w and ke with SPLIT: [2, CHUNK, Dk] bf16 each,
+    the hi plane then the lo plane."""
     hv = tl.program_id(0)
     slot = tl.program_id(1)
     hk = hv // GROUP
@@ -178,6 +208,7 @@ def gdn_prep_kernel(
     cum = tl.cumsum(g, 0)
     cum_last = tl.sum(tl.where(offs_c == CHUNK - 1, cum, 0.0), 0)
     at = slot.to(tl.int64) * HV + hv
+    PLANES: tl.constexpr = 2 if SPLIT else 1  # w's and ke's tiles per (chunk slot, value head)
     # ChunkWork tiles as one scalar base pointer each plus constant int32 offsets: ptxas folds those into
     # the stores' immediates instead of keeping a 64-bit address per vector live
     by_k = offs_c[:, None] * DK + offs_k[None, :]
@@ -191,7 +222,8 @@ def gdn_prep_kernel(
     kk = tl.dot(k, tl.trans(k), input_precision=DOT)
     kf = k.to(tl.float32)
     r_k = tl.rsqrt(tl.sum(kf * kf, 1) + EPS)
-    tl.store(ke_ptr + at * (CHUNK * DK) + by_k, (kf * r_k[:, None]) * tl.exp(cum_last - cum)[:, None])
+    ke_at = ke_ptr + at * (PLANES * CHUNK * DK) + by_k
+    _store_planes(ke_at, (kf * r_k[:, None]) * tl.exp(cum_last - cum)[:, None], CHUNK * DK, SPLIT)
     q = tl.load(q_ptr + row[:, None] * Q_ST + hk * Q_SH + offs_k[None, :], mask=valid[:, None], other=0.0)
     qk = tl.dot(q, tl.trans(k), input_precision=DOT)
     qf = q.to(tl.float32)
@@ -220,13 +252,13 @@ def gdn_prep_kernel(
     if DV > UB:
         v1 = tl.load(v_at + UB, mask=valid[:, None], other=0.0)
     e_cum = tl.exp(cum)
-    w_at = w_ptr + at * (CHUNK * DK) + offs_c[:, None] * DK + offs_w[None, :]
+    w_at = w_ptr + at * (PLANES * CHUNK * DK) + offs_c[:, None] * DK + offs_w[None, :]
     u_at = u_ptr + at * (CHUNK * DV) + offs_c[:, None] * DV + offs_u[None, :]
     k_beta = (k0.to(tl.float32) * r_k[:, None]) * beta[:, None]
-    tl.store(w_at, tl.dot(inv, k_beta * e_cum[:, None], input_precision=DOT))
+    _store_planes(w_at, tl.dot(inv, k_beta * e_cum[:, None], input_precision=DOT), CHUNK * DK, SPLIT)
     if DK > WB:
         k_beta = (k1.to(tl.float32) * r_k[:, None]) * beta[:, None]
-        tl.store(w_at + WB, tl.dot(inv, k_beta * e_cum[:, None], input_precision=DOT))
+        _store_planes(w_at + WB, tl.dot(inv, k_beta * e_cum[:, None], input_precision=DOT), CHUNK * DK, SPLIT)
     tl.store(u_at, tl.dot(inv, v0.to(tl.float32) * beta[:, None], input_precision=DOT))
     if DV > UB:
         tl.store(u_at + UB, tl.dot(inv, v1.to(tl.float32) * beta[:, None], input_precision=DOT))
@@ -241,7 +273,8 @@ def gdn_state_kernel(
     HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, BLOCK_V: tl.constexpr, CHUNK: tl.constexpr,
     NUM_FIELDS: tl.constexpr, F_LENGTH: tl.constexpr, F_TAIL: tl.constexpr, F_SRC: tl.constexpr,
     F_DST: tl.constexpr, F_FIRST: tl.constexpr,
-    DOT: tl.constexpr,
+    DOT: tl.constexpr,  # tl.dot input precision of the products without SPLIT (GdnTiles.dot)
+    SPLIT: tl.constexpr,  # w and ke are bf16 hi and lo planes: three explicit bf16 products each (bf16x3)
 ):
     """The state's walk along one segment for one value head and BLOCK_V value columns, two dependent
     products per chunk: states[chunk] = S, v_new = u - w S (written over u), S <- decay S + ke^T v_new (full
@@ -256,6 +289,7 @@ def gdn_state_kernel(
     if total == 0:  # a padding item (slots -1): a bucket's grid holds a level's few items and many of these
         return
     n_full = total // CHUNK
+    PLANES: tl.constexpr = 2 if SPLIT else 1
 
     offs_c = tl.arange(0, CHUNK)
     offs_k = tl.arange(0, DK)
@@ -272,15 +306,30 @@ def gdn_state_kernel(
         # live across the loop (64 bytes of spills a thread at Dk = Dv = 128 with int64 offset tiles)
         by_k = offs_c[:, None] * DK + offs_k[None, :]
         by_v = offs_c[:, None] * DV + offs_v[None, :]
-        w_c = w_ptr + at * (CHUNK * DK)
-        ke_c = ke_ptr + at * (CHUNK * DK)
+        w_c = w_ptr + at * (PLANES * CHUNK * DK)
+        ke_c = ke_ptr + at * (PLANES * CHUNK * DK)
         u_c = u_ptr + at * (CHUNK * DV)
         tl.store(states_ptr + chunk * slot_size + state_at, state)
-        v_new = tl.load(u_c + by_v) - tl.dot(tl.load(w_c + by_k), state, input_precision=DOT)
-        tl.store(u_c + by_v, v_new)
+        if SPLIT:
+            # every load first: with one stage they are all in flight together, where loading each plane
+            # next to its product issues them one round trip after another
+            w_hi = tl.load(w_c + by_k)
+            w_lo = tl.load(w_c + CHUNK * DK + by_k)
+            ke_hi = tl.trans(tl.load(ke_c + by_k))
+            ke_lo = tl.trans(tl.load(ke_c + CHUNK * DK + by_k))
+            u = tl.load(u_c + by_v)
+            decay = tl.load(decay_ptr + at)
+            s_hi, s_lo = _split(state)
+            v_new = u - tl.dot(w_hi, s_hi, tl.dot(w_lo, s_hi, tl.dot(w_hi, s_lo)))
+            tl.store(u_c + by_v, v_new)
+            v_hi, v_lo = _split(v_new)
+            moved = state * decay + tl.dot(ke_hi, v_hi, tl.dot(ke_lo, v_hi, tl.dot(ke_hi, v_lo)))
+        else:
+            v_new = tl.load(u_c + by_v) - tl.dot(tl.load(w_c + by_k), state, input_precision=DOT)
+            tl.store(u_c + by_v, v_new)
+            moved = state * tl.load(decay_ptr + at) + tl.dot(tl.trans(tl.load(ke_c + by_k)), v_new,
+                                                              input_precision=DOT)
         # Only full chunks move the state on: a partial last chunk is recomputed by the children it ends at.
-        moved = state * tl.load(decay_ptr + at) + tl.dot(tl.trans(tl.load(ke_c + by_k)), v_new,
-                                                          input_precision=DOT)
         state = tl.where(c < n_full, moved, state)
 
     # the state at floor(end / CHUNK) * CHUNK, where the segment's children's chunks begin
@@ -344,6 +393,16 @@ class GdnSpec:
     def tiles(self) -> GdnTiles:
         return TILES[self.value_dim]
 
+    @property
+    def split(self) -> bool:
+        """The prep stores w and ke as bf16 hi and lo planes and the walk multiplies them explicitly: with
+        bf16x3 tiles (TILES comment)."""
+        return self.tiles.dot == "bf16x3"
+
+    def _work(self, parts: tuple[str, ...]) -> dict[str, str]:
+        dtypes = dict(zip(ChunkWork.PARTS, ChunkWork.dtypes(self.split)))
+        return {name: "*" + _DTYPES[dtypes[name]] for name in parts}
+
     def _fields(self) -> dict[str, int]:
         return {"NUM_FIELDS": len(ITEM_FIELDS), "F_ROW0": _FIELD["row0"], "F_LENGTH": _FIELD["length"],
                 "F_TAIL": _FIELD["tail"]}
@@ -353,7 +412,7 @@ class GdnSpec:
         gate = "*" + _DTYPES[self.gate_dtype]
         sig |= {name: gate for name in ("g_ptr", "beta_ptr", "a_log_ptr", "dt_bias_ptr")}
         sig |= {"items_ptr": "*i32", "tails_ptr": "*i32", "chunks_ptr": "*i32"}
-        sig |= {name: "*fp32" for name in ChunkWork.PREP_PARTS}
+        sig |= self._work(ChunkWork.PREP_PARTS)
         sig |= {"scale": "fp32"}
         return sig | {name: "constexpr" for name in self.prep_constexprs()}
 
@@ -363,21 +422,22 @@ class GdnSpec:
             "Q_ST": q_st, "Q_SH": q_sh, "K_ST": k_st, "K_SH": k_sh, "V_ST": v_st, "V_SH": v_sh,
             "G_ST": g_st, "B_ST": b_st, "HV": self.num_v_heads, "GROUP": self.num_v_heads // self.num_k_heads,
             "DK": self.key_dim, "DV": self.value_dim, "CHUNK": CHUNK, **self._fields(),
-            "FUSED_GATE": self.fused_gate, "EPS": L2_EPS, "DOT": self.tiles.dot,
+            "FUSED_GATE": self.fused_gate, "EPS": L2_EPS, "DOT": self.tiles.dot, "SPLIT": self.split,
         }
 
     def state_signature(self) -> dict[str, str]:
-        sig = {name: "*fp32" for name in ChunkWork.STATE_PARTS}
+        sig = self._work(ChunkWork.STATE_PARTS)
         sig |= {"items_ptr": "*i32", "slots_ptr": "*fp32", "item_base": "i32"}
         return sig | {name: "constexpr" for name in self.state_constexprs()}
 
     def state_constexprs(self) -> dict[str, int | str]:
         fields = {f"F_{name.upper()}": _FIELD[name] for name in ("length", "tail", "src", "dst", "first")}
         return {"HV": self.num_v_heads, "DK": self.key_dim, "DV": self.value_dim, "BLOCK_V": self.tiles.block_v,
-                "CHUNK": CHUNK, "NUM_FIELDS": len(ITEM_FIELDS), **fields, "DOT": self.tiles.dot}
+                "CHUNK": CHUNK, "NUM_FIELDS": len(ITEM_FIELDS), **fields, "DOT": self.tiles.dot,
+                "SPLIT": self.split}
 
     def out_signature(self) -> dict[str, str]:
-        sig = {name: "*fp32" for name in ChunkWork.OUT_PARTS}
+        sig = self._work(ChunkWork.OUT_PARTS)
         sig |= {"out_ptr": "*" + _DTYPES[self.out_dtype], "items_ptr": "*i32", "chunks_ptr": "*i32"}
         return sig | {name: "constexpr" for name in self.out_constexprs()}
 
@@ -431,7 +491,8 @@ class GdnCall:
 class ChunkWork:
     """The prep kernel's output, fp32, per (chunk slot, value head): w, qe, ke [CHUNK, Dk], u [CHUNK, Dv]
     (v_new after the state walk), attn [CHUNK, CHUNK] and decay (one value); and the state walk's: the state
-    entering the chunk [Dk, Dv]."""
+    entering the chunk [Dk, Dv]. With `split` (GdnSpec.split) w and ke are [2, CHUNK, Dk] bf16 instead: the
+    hi and lo planes of the fp32 values, in the same bytes; only the walk reads them."""
 
     PARTS = ("w_ptr", "u_ptr", "qe_ptr", "ke_ptr", "attn_ptr", "decay_ptr", "states_ptr")
     PREP_PARTS = ("w_ptr", "u_ptr", "qe_ptr", "ke_ptr", "attn_ptr", "decay_ptr")
@@ -446,16 +507,24 @@ class ChunkWork:
     states: torch.Tensor
 
     @staticmethod
-    def shapes(num_chunks: int, num_v_heads: int, key_dim: int, value_dim: int) -> tuple[tuple[int, ...], ...]:
+    def shapes(num_chunks: int, num_v_heads: int, key_dim: int, value_dim: int, split: bool
+               ) -> tuple[tuple[int, ...], ...]:
         n, h = max(num_chunks, 1), num_v_heads
-        return ((n, h, CHUNK, key_dim), (n, h, CHUNK, value_dim), (n, h, CHUNK, key_dim),
-                (n, h, CHUNK, key_dim), (n, h, CHUNK, CHUNK), (n, h), (n, h, key_dim, value_dim))
+        planes = (n, h, 2, CHUNK, key_dim) if split else (n, h, CHUNK, key_dim)
+        return (planes, (n, h, CHUNK, value_dim), (n, h, CHUNK, key_dim), planes, (n, h, CHUNK, CHUNK), (n, h),
+                (n, h, key_dim, value_dim))
+
+    @staticmethod
+    def dtypes(split: bool) -> tuple[torch.dtype, ...]:
+        f32, planes = torch.float32, torch.bfloat16 if split else torch.float32
+        return (planes, f32, f32, planes, f32, f32, f32)
 
     @classmethod
     def empty(cls, num_chunks: int, spec: GdnSpec, device: torch.device | str) -> ChunkWork:
         """NaN-filled: a kernel reading a chunk slot no earlier kernel wrote gets NaN outputs."""
-        shapes = cls.shapes(num_chunks, spec.num_v_heads, spec.key_dim, spec.value_dim)
-        return cls(*(torch.full(s, float("nan"), device=device) for s in shapes))
+        shapes = cls.shapes(num_chunks, spec.num_v_heads, spec.key_dim, spec.value_dim, spec.split)
+        return cls(*(torch.full(s, float("nan"), dtype=dtype, device=device)
+                     for s, dtype in zip(shapes, cls.dtypes(spec.split))))
 
     def parts(self, names: tuple[str, ...]) -> tuple:
         return tuple(getattr(self, name.removesuffix("_ptr")) for name in names)

@@ -268,9 +268,10 @@ def _gdn_calls(ctx: EmitContext, out: torch.Tensor, q: torch.Tensor, k: torch.Te
     chunk_table = ctx.table("gdn_chunks", (chunks, 2), torch.int32, f"gdn_chunks({capacity})")
     slots = ctx.scratch("gdn_state_slots", (b.segments, spec.num_v_heads, spec.key_dim, spec.value_dim),
                         torch.float32)
-    shapes = gdn.ChunkWork.shapes(chunks, spec.num_v_heads, spec.key_dim, spec.value_dim)
-    work = gdn.ChunkWork(*(ctx.scratch(f"gdn_chunk_{part.removesuffix('_ptr')}", shape, torch.float32)
-                           for part, shape in zip(gdn.ChunkWork.PARTS, shapes)))
+    shapes = gdn.ChunkWork.shapes(chunks, spec.num_v_heads, spec.key_dim, spec.value_dim, spec.split)
+    dtypes = gdn.ChunkWork.dtypes(spec.split)
+    work = gdn.ChunkWork(*(ctx.scratch(f"gdn_chunk_{part.removesuffix('_ptr')}", shape, dtype)
+                           for part, shape, dtype in zip(gdn.ChunkWork.PARTS, shapes, dtypes)))
     if not fused:  # the unfused prep never reads a_log_ptr / dt_bias_ptr: g fills their (typed) slots
         a_log = dt_bias = g
     return [KernelCall(c.kernel, c.grid, c.args, c.signature, c.constexprs, c.num_warps, c.num_stages)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from flidec.codegen.gdn import fork_gdn, slot_buffer
+from flidec.codegen.gdn import ChunkWork, fork_gdn, gdn_spec, slot_buffer
 from flidec.runtime.meta import CHUNK, StreamMeta
 from flidec.runtime.reference import ops
 from flidec.runtime.reference.forests import Node, pack_forest, path_nodes, path_stream
@@ -111,13 +111,14 @@ QKVAB = "q k v a b"
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("shape", ["off_64", "on_64"])
-def test_fork_gdn_matches_reference(dtype, shape, device) -> None:
+@pytest.mark.parametrize("dv", [16, 128])  # the TILES of 16 (tf32x3) and of 128 (w and ke as bf16 planes)
+def test_fork_gdn_matches_reference(dtype, shape, dv, device) -> None:
     nodes = forest(SHAPES[shape])
     stream = pack_forest(nodes, PLACEMENT[shape], gap=2)
     meta = stream.meta
-    hk, hv, d = 1, 2, 16
-    table = token_table(nodes, hk, hv, d, d, dtype)
-    slots = slot_buffer(gdn_tables(meta).num_slots, hv, d, d, device)
+    hk, hv, dk = 1, 2, 16
+    table = token_table(nodes, hk, hv, dk, dv, dtype)
+    slots = slot_buffer(gdn_tables(meta).num_slots, hv, dk, dv, device)
     out = fork_gdn(*lookup(table, stream.tokens, QKVGB, device), meta, slots=slots).cpu()
     rows = segment_rows(meta)
     assert out.dtype == dtype
@@ -201,3 +202,21 @@ def test_fork_gdn_refuses_unsupported_shapes() -> None:
         fork_gdn(q, k, torch.zeros(4, 2, 16), g[:, :2].bfloat16(), beta[:, :2].bfloat16(), meta)
     with pytest.raises(ValueError, match="a_log and dt_bias"):
         fork_gdn(q, k, torch.zeros(4, 2, 16), g[:, :2], beta[:, :2], meta, a_log=torch.zeros(2))
+
+
+@pytest.mark.parametrize("dv", [16, 128])
+def test_chunk_work_matches_the_signatures(dv) -> None:
+    """The scratch the kernels are launched on has the dtypes their signatures declare; with bf16x3 tiles w
+    and ke are bf16 hi and lo planes in the bytes of the fp32 tiles."""
+    qk, v, gate = torch.zeros(4, 2, 16), torch.zeros(4, 2, dv), torch.zeros(4, 2)
+    spec = gdn_spec(qk, qk, v, gate, gate, torch.zeros_like(v), fused_gate=False)
+    work = ChunkWork.empty(3, spec, "cpu")
+    dtypes = {torch.float32: "*fp32", torch.bfloat16: "*bf16"}
+    for sig, parts in ((spec.prep_signature(), ChunkWork.PREP_PARTS),
+                       (spec.state_signature(), ChunkWork.STATE_PARTS),
+                       (spec.out_signature(), ChunkWork.OUT_PARTS)):
+        want = {name: dtypes[x.dtype] for name, x in zip(parts, work.parts(parts))}
+        assert {name: sig[name] for name in parts} == want
+    assert spec.split == (dv == 128)
+    assert work.w.dtype == work.ke.dtype == (torch.bfloat16 if spec.split else torch.float32)
+    assert work.w.nbytes == work.ke.nbytes == work.qe.nbytes == 3 * 2 * CHUNK * 16 * 4
