@@ -43,16 +43,19 @@ TILES: dict[int, AttentionTiles] = {
     32: AttentionTiles(block_m=64, block_n=64, num_warps=4, num_stages=2),
     64: AttentionTiles(block_m=64, block_n=64, num_warps=4, num_stages=2),
     128: AttentionTiles(block_m=64, block_n=64, num_warps=4, num_stages=2),
-    256: AttentionTiles(block_m=64, block_n=64, num_warps=4, num_stages=2),
+    256: AttentionTiles(block_m=128, block_n=64, num_warps=8, num_stages=2),
 }
 # Head dim 256 measured on the H200 (benchmarks/attention_tiles.py, 2026-11-29, 8 query and 2 kv heads, a
 # 5,000-token state with 9 branches; the kernel before its key tiles were read as runs): 0.63 ms at 4 warps,
 # 0.81 at 8; 3 stages 0.74 (8 warps); 32-key tiles 1.07; 128-query tiles with 32-key tiles and 1 stage 0.71.
 # Registers (benchmarks/attention_spills.py, Triton 3.6, sm_90, 8,2,256 gated, depth 4): 255 and STACK 120
 # bytes (160 before), mostly in the epilogue; the key-tile loop of runs is 541 SASS instructions with 3
-# local loads/stores (the loop before: 790), the whole kernel 5,200 (6,040). Not yet timed on the GPU:
-# num_stages=1 (96 KB of shared memory: two programs an SM, STACK 232), num_warps=8 (212 registers, no
-# spills), block_m=128 with num_warps=8 (192 KB with 2 stages; 255 registers, STACK 56, loop 465).
+# local loads/stores (the loop before: 790), the whole kernel 5,200 (6,040). Timed on the H200 after that
+# rewrite (attention_tiles.py, 2026-11-29; the 5,000-token state, RACE-like 4,921 rows, 177 rows alone):
+# 64-query tiles on 4 warps 0.49 / 0.113 / 0.016 ms; 1 stage 0.51 / 0.102 / 0.019; 8 warps 0.71 / 0.128 /
+# 0.016; 128-query tiles on 8 warps (192 KB of shared memory with 2 stages; 255 registers, STACK 56, loop
+# 465) 0.38 / 0.110 / 0.020, taken: the long states are where attention's time is. Fork == plain in every
+# variant.
 
 _DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 _OPERANDS = ("Q", "K", "V", "G", "O")
