@@ -175,7 +175,7 @@ def fork_attention_kernel(
     # read changes addresses only, never its bits.
     num_key_tiles = tl.cdiv(base + BLOCK_M, BLOCK_N)
     num_open = base // BLOCK_N
-    jt = num_open * 0  # the next key tile to walk
+    jt = num_open * 0  # the next key tile to walk (a runtime i32 like num_open: the loops carry it)
     for d in range(DEPTH):
         lv = levels_ptr + (seg * DEPTH + d) * 2
         start = tl.load(lv)

@@ -316,8 +316,8 @@ def gdn_state_kernel(
         u_c = u_ptr + at * (CHUNK * DV)
         tl.store(states_ptr + chunk * slot_size + state_at, state)
         if SPLIT:
-            # every load first: with one stage they are all in flight together, where loading each plane
-            # next to its product issues them one round trip after another
+            # every load first, where loading each plane next to its product issues them one round trip
+            # after another (TILES[128] runs 2 stages: these loads are then fetched a chunk ahead)
             w_hi = tl.load(w_c + by_k)
             w_lo = tl.load(w_c + CHUNK * DK + by_k)
             ke_hi = tl.trans(tl.load(ke_c + by_k))
