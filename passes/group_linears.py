@@ -42,10 +42,8 @@ def group_linears(gm: torch.fx.GraphModule, ctx: object = None) -> torch.fx.Grap
         _fuse_silu_mul(g, n, params)
     by_input: dict[tuple[torch.fx.Node, torch.dtype, int], list[torch.fx.Node]] = {}
     for n in g.nodes:
-        x, w = n.args[:2] if op_name(n) == "linear" else (None, None)
-        if isinstance(x, torch.fx.Node) and isinstance(w, torch.fx.Node) and w.op == "get_attr" \
-                and (p := params.get(str(w.target))) is not None:
-            by_input.setdefault((x, p.dtype, p.shape[1]), []).append(n)
+        if (p := _projection(n, params)) is not None:
+            by_input.setdefault((n.args[0], p.dtype, p.shape[1]), []).append(n)
     for members in by_input.values():
         for i in range(0, len(members), MAX_GROUP):
             if len(part := members[i : i + MAX_GROUP]) > 1:
@@ -53,16 +51,22 @@ def group_linears(gm: torch.fx.GraphModule, ctx: object = None) -> torch.fx.Grap
     return finish(gm)
 
 
+def _projection(n: object, params: dict[str, torch.Tensor]) -> torch.Tensor | None:
+    """The weight of `linear(x, W)` with x a node and W a parameter (a get_attr node), else None."""
+    if not isinstance(n, torch.fx.Node) or op_name(n) != "linear" or not isinstance(n.args[0], torch.fx.Node):
+        return None
+    w = n.args[1]
+    return params.get(str(w.target)) if isinstance(w, torch.fx.Node) and w.op == "get_attr" else None
+
+
 def _fuse_silu_mul(g: torch.fx.Graph, n: torch.fx.Node, params: dict[str, torch.Tensor]) -> None:
     if op_name(n) != "silu_mul":
         return
     gate, up = n.args
-    if not all(isinstance(p, torch.fx.Node) and op_name(p) == "linear" and len(p.users) == 1
-               and isinstance(p.args[1], torch.fx.Node) and p.args[1].op == "get_attr"
-               and str(p.args[1].target) in params for p in (gate, up)):
+    pg, pu = _projection(gate, params), _projection(up, params)
+    if pg is None or pu is None or len(gate.users) != 1 or len(up.users) != 1:
         return
     (x, w_gate), (x_up, w_up) = gate.args, up.args
-    pg, pu = params[str(w_gate.target)], params[str(w_up.target)]
     if x is not x_up or pg.shape != pu.shape or pg.dtype != pu.dtype or pg.stride() != pu.stride():
         return
     with g.inserting_before(n):
