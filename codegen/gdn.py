@@ -84,9 +84,10 @@ class GdnTiles:
 # (106 registers, 140 KiB of shared memory; the step 544 instructions). Timed on the H200 (gdn_tiles.py,
 # 2026-11-29, the 5,000-token state with 9 branches): walks 0.26 ms, the layer 0.53 ms (0.48 and 0.75 with
 # the fp32 operands split in the loop), RACE-like 0.28 ms. With one stage (72 KiB of shared memory), and with
-# 8 warps, the split walk made an illegal memory access on the H200 that the interpreter does not see; the
-# cause is not found, so 128 takes 2 stages, which ran correct there (close to the reference, fork == plain,
-# the GPU tier).
+# 8 warps, the split walk made an illegal memory access on the H200 that the interpreter does not see:
+# compute-sanitizer places it at an out-of-range shared address in S's update, whose ke operand is a
+# tl.trans of a loaded tile (a transposed load is the untried candidate fix). So 128 takes 2 stages, which
+# ran correct there (close to the reference, fork == plain, the GPU tier).
 TILES: dict[int, GdnTiles] = {
     16: GdnTiles(block_v=16, state_warps=4, state_stages=1, prep_warps=4, block_o=16, out_warps=4, dot="tf32x3",
                  out_dot="tf32x3"),
