@@ -17,9 +17,7 @@ import argparse
 import dataclasses
 import os
 import re
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,21 +30,8 @@ os.environ.pop("TRITON_INTERPRET", None)  # compiling needs real @triton.jit ker
 ensure_flidec(ROOT)
 
 import torch
-import triton
 
-_INST = re.compile(r"^\s+/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;?\s*/\*", re.MULTILINE)
-
-
-def loops(sass: str) -> list[tuple[int, int, list[str]]]:
-    """(start, end, instructions) of each loop: a branch back to an earlier address."""
-    insts = [(int(a, 16), text) for a, text in _INST.findall(sass)]
-    found = []
-    for addr, text in insts:
-        back = re.search(r"\bBRA\s+(0x[0-9a-f]+)\s*$", text)
-        if back and int(back[1], 16) < addr:
-            lo = int(back[1], 16)
-            found.append((lo, addr, [t for a, t in insts if lo <= a <= addr]))
-    return found
+from benchmarks.cubins import read_cubin
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -65,24 +50,15 @@ def main(argv: list[str] | None = None) -> None:
     strides = ((hq * d, d), (hkv * d, d), (hkv * d, d), (2 * hq * d, 2 * d), (hq * d, d))
     spec = attention.AttentionSpec(torch.bfloat16, hq, hkv, d, args.depth, not args.no_gate, strides)
     t = spec.tiles
-    cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     k = aot.compile_kernel(attention.fork_attention_kernel, spec.signature(), spec.constexprs(),
                            target="sm_90", num_warps=t.num_warps, num_stages=t.num_stages)
-    with tempfile.TemporaryDirectory() as tmp:
-        cubin = Path(tmp) / "attention.cubin"
-        cubin.write_bytes(k.cubin)
-        usage = subprocess.run([str(cuobjdump), "-res-usage", str(cubin)], capture_output=True, text=True,
-                               check=True).stdout
-        sass = subprocess.run([str(cuobjdump), "-sass", str(cubin)], capture_output=True, text=True,
-                              check=True).stdout
+    cubin = read_cubin(k.cubin)
     if args.sass:
-        Path(args.sass).write_text(sass)
-    field = {f: re.search(rf"{f}:(\d+)", usage) for f in ("REG", "STACK")}
-    insts = len(_INST.findall(sass))
+        Path(args.sass).write_text(cubin.sass)
     print(f"heads {hq},{hkv},{d} depth {args.depth} gate={not args.no_gate}: {t}")
-    print(f"fork_attention_kernel REG {field['REG'][1]:>3s}  STACK {field['STACK'][1]:>4s}  "
-          f"shared {k.shared:>6d}  SASS {insts:>5d} instructions")
-    for lo, hi, body in loops(sass):
+    print(f"fork_attention_kernel REG {cubin.registers:>3d}  STACK {cubin.stack:>4d}  "
+          f"shared {k.shared:>6d}  SASS {len(cubin.insts):>5d} instructions")
+    for lo, hi, body in cubin.loops():
         local = sum(1 for s in body if re.search(r"\b(LDL|STL)\b", s))
         mma = sum(1 for s in body if "HGMMA" in s or "HMMA" in s)
         print(f"  loop {lo:#07x}-{hi:#07x}: {len(body):>5d} instructions, {local:>3d} local loads/stores, "

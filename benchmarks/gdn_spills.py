@@ -15,10 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,7 +28,8 @@ os.environ.pop("TRITON_INTERPRET", None)  # compiling needs real @triton.jit ker
 ensure_flidec(ROOT)
 
 import torch
-import triton
+
+from benchmarks.cubins import read_cubin
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -54,37 +52,17 @@ def main(argv: list[str] | None = None) -> None:
                "gdn_state_kernel": (gdn.gdn_state_kernel, spec.state_signature(), spec.state_constexprs(),
                                     args.state_warps or t.state_warps, args.state_stages or t.state_stages),
                "gdn_out_kernel": (gdn.gdn_out_kernel, spec.out_signature(), spec.out_constexprs(), t.out_warps, 1)}
-    cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     print(f"heads {hk},{hv},{d} fused={args.fused}: {t}")
-    with tempfile.TemporaryDirectory() as tmp:
-        for name, (fn, sig, consts, warps, stages) in kernels.items():
-            k = aot.compile_kernel(fn, sig, consts, target="sm_90", num_warps=warps, num_stages=stages)
-            cubin = Path(tmp) / f"{name}.cubin"
-            cubin.write_bytes(k.cubin)
-            usage = subprocess.run([str(cuobjdump), "-res-usage", str(cubin)], capture_output=True, text=True,
-                                   check=True).stdout
-            sass = subprocess.run([str(cuobjdump), "-sass", str(cubin)], capture_output=True, text=True,
-                                  check=True).stdout
-            field = {f: re.search(rf"{f}:(\d+)", usage) for f in ("REG", "STACK")}
-            insts = re.findall(r"^\s+/\*([0-9a-f]{4,})\*/\s+([^;]*);", sass, re.MULTILINE)
-            print(f"{name:18s} REG {field['REG'][1]:>3s}  STACK {field['STACK'][1]:>4s}  shared {k.shared:>6d}  "
-                  f"SASS {len(insts):>5d} instructions  ({warps} warps, {stages} stages)")
-            for body in loops([(int(at, 16), text.strip()) for at, text in insts]):
-                count = {op: sum(t.split()[0].startswith(op) or f" {op}" in t for t in body)
-                         for op in ("HGMMA", "WARPGROUP.ARRIVE", "BAR.SYNC")}
-                print(f"{'':18s} loop body {len(body)} instructions: " + ", ".join(f"{op} {n}" for op, n in
-                                                                                  count.items()))
-
-
-def loops(insts: list[tuple[int, str]]) -> list[list[str]]:
-    """The instructions of each loop body: from a backward branch's target to the branch (not the
-    self-branch that ends the SASS)."""
-    bodies = []
-    for at, text in insts:
-        m = re.search(r"\bBRA (?:`\(\.L_x_\d+\)|0x([0-9a-f]+))", text)
-        if m and m[1] and int(m[1], 16) < at:
-            bodies.append([t for a, t in insts if int(m[1], 16) <= a <= at])
-    return bodies
+    for name, (fn, sig, consts, warps, stages) in kernels.items():
+        k = aot.compile_kernel(fn, sig, consts, target="sm_90", num_warps=warps, num_stages=stages)
+        cubin = read_cubin(k.cubin)
+        print(f"{name:18s} REG {cubin.registers:>3d}  STACK {cubin.stack:>4d}  shared {k.shared:>6d}  "
+              f"SASS {len(cubin.insts):>5d} instructions  ({warps} warps, {stages} stages)")
+        for _, _, body in cubin.loops():
+            count = {op: sum(t.split()[0].startswith(op) or f" {op}" in t for t in body)
+                     for op in ("HGMMA", "WARPGROUP.ARRIVE", "BAR.SYNC")}
+            print(f"{'':18s} loop body {len(body)} instructions: " + ", ".join(f"{op} {n}" for op, n in
+                                                                              count.items()))
 
 
 if __name__ == "__main__":
