@@ -85,9 +85,11 @@ class GdnTiles:
 # 2026-11-29, the 5,000-token state with 9 branches): walks 0.26 ms, the layer 0.53 ms (0.48 and 0.75 with
 # the fp32 operands split in the loop), RACE-like 0.28 ms. With one stage (72 KiB of shared memory), and with
 # 8 warps, the split walk made an illegal memory access on the H200 that the interpreter does not see:
-# compute-sanitizer places it at an out-of-range shared address in S's update, whose ke operand is a
-# tl.trans of a loaded tile (a transposed load is the untried candidate fix). So 128 takes 2 stages, which
-# ran correct there (close to the reference, fork == plain, the GPU tier).
+# compute-sanitizer places it at an out-of-range shared address in S's update (ke^T v_new), with ke as a
+# tl.trans of a loaded tile and also with ke^T loaded transposed (tried 2026-11-29; not investigated further).
+# With 3 stages (120 registers, 208 KiB) the walks take 0.208 ms on the 5,000-token state (2: 0.253), 0.259
+# on the RACE-like forest (0.279) and 0.0175 on one 177-row question (0.0149): 3 stages, for the long states
+# throughput is made of; like every tile choice here, one count for every bucket (E3).
 TILES: dict[int, GdnTiles] = {
     16: GdnTiles(block_v=16, state_warps=4, state_stages=1, prep_warps=4, block_o=16, out_warps=4, dot="tf32x3",
                  out_dot="tf32x3"),
@@ -95,7 +97,7 @@ TILES: dict[int, GdnTiles] = {
                  out_dot="tf32x3"),
     64: GdnTiles(block_v=16, state_warps=4, state_stages=1, prep_warps=4, block_o=64, out_warps=4, dot="tf32x3",
                  out_dot="tf32x3"),
-    128: GdnTiles(block_v=16, state_warps=4, state_stages=2, prep_warps=4, block_o=64, out_warps=4, dot="bf16x3",
+    128: GdnTiles(block_v=16, state_warps=4, state_stages=3, prep_warps=4, block_o=64, out_warps=4, dot="bf16x3",
                   out_dot="bf16x3"),
 }
 KEY_DIMS = (16, 32, 64, 128)
@@ -318,7 +320,7 @@ def gdn_state_kernel(
         tl.store(states_ptr + chunk * slot_size + state_at, state)
         if SPLIT:
             # every load first, where loading each plane next to its product issues them one round trip
-            # after another (TILES[128] runs 2 stages: these loads are then fetched a chunk ahead)
+            # after another (TILES[128] runs 3 stages: these loads are then fetched chunks ahead)
             w_hi = tl.load(w_c + by_k)
             w_lo = tl.load(w_c + CHUNK * DK + by_k)
             ke_hi = tl.trans(tl.load(ke_c + by_k))
