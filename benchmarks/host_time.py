@@ -11,9 +11,11 @@ alone. For the first instance of each workload, medians over `--repeat` calls (m
 call; validation; the template walker's plan with its one tokenizer batch; that batch alone (the texts the
 walker hands `encode_texts`); the same texts encoded one by one (`encode`), which says what the batch's
 threads buy on this host; binding the planned instance into a stream (`bound_from_plans`: packing and
-build_meta). The meta fill is left out: it runs inside the engine's submit, as `run_stream` does too
-(benchmarks/profile_runtime.py times it on a GPU). Prints one JSON line per workload; `--out` writes them.
-A diagnostic for the runtime's host work, not a benchmark.
+build_meta); and flidec-solo's call for the same reads (`solo_ms`: each read's whole prompt, its ids
+prepared untimed, as a root of one stream through `run_stream`, as benchmarks/engines/flidec.py runs it),
+whose difference from `label_logits_ms` is the host work flidec-solo skips. The meta fill is left out: it
+runs inside the engine's submit in both (benchmarks/profile_runtime.py times it on a GPU). Prints one JSON
+line per workload; `--out` writes them. A diagnostic for the runtime's host work, not a benchmark.
 """
 
 from __future__ import annotations
@@ -81,7 +83,8 @@ def host_program(artifact: Path):
 
 def measure(program, instance: dict, repeat: int) -> dict:
     from flidec.ir.instance import validate_instance
-    from flidec.runtime.binder import bound_from_plans
+    from flidec.runtime.binder import bound_from_plans, merge_chains
+    from flidec.runtime.reference.forests import pack_forest
     from flidec.runtime.templates import _TemplateWalker
 
     t = program.tree()
@@ -99,7 +102,10 @@ def measure(program, instance: dict, repeat: int) -> dict:
     finally:
         del fmt.encode_texts  # the class's method again
     texts = list(dict.fromkeys(batches[0]))
+    plan = merge_chains(plan)  # what label_logits binds
     bound = bound_from_plans(t.tree, fmt, [plan], lambda p: (p, None))
+    prompts = [(-1, plan.path_ids(seg)) for seg, _, _ in plan.reads]
+    labels = {j: tuple(piece.labels) for j, (_, piece, _) in enumerate(plan.reads)}
     return {
         "rows": bound.stream.meta.num_rows, "segments": len(bound.stream.meta.segments),
         "reads": len(bound.stream.meta.reads), "texts": len(texts), "chars": sum(map(len, texts)),
@@ -109,6 +115,7 @@ def measure(program, instance: dict, repeat: int) -> dict:
         "tokenize_batch_ms": median_ms(lambda: fmt.encode_texts(texts), repeat),
         "tokenize_one_by_one_ms": median_ms(lambda: [fmt._tok.encode(text) for text in texts], repeat),
         "bind_ms": median_ms(lambda: bound_from_plans(t.tree, fmt, [plan], lambda p: (p, None)), repeat),
+        "solo_ms": median_ms(lambda: program.run_stream(pack_forest(prompts, reads=labels)), repeat),
     }
 
 

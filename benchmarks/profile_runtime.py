@@ -107,11 +107,14 @@ def host_profile(fn, n: int = 20, top: int = 14) -> list[str]:
 
 
 def profile_instances(graphs, eager, insts: list[dict], host: bool = False) -> dict:
+    from flidec.runtime.binder import bound_from_plans, merge_chains
     from flidec.runtime.program import _padded, stream_sizes
-    from flidec.runtime.templates import bind_template
+    from flidec.runtime.templates import _TemplateWalker
 
     t = graphs.tree()
-    bound = bind_template(t.tree, t.program.template, insts, graphs.fmt)
+    walker = _TemplateWalker(t.tree, t.program.template, graphs.fmt)
+    # the stream label_logits binds: chains merged (a one-question instance is one segment)
+    bound = bound_from_plans(t.tree, graphs.fmt, insts, lambda inst: (merge_chains(walker.plan(inst)[0]), None))
     bucket = t.program.bucket_for(stream_sizes(bound.stream))
     key = f"{t.tree.name}/{bucket.name}"
     padded = _padded(bound.stream, bucket.rows)

@@ -43,7 +43,7 @@ from flidec.ir.template import Sizes
 from flidec.ir.tree import Tree
 from flidec.runtime.answers import assemble
 from flidec.runtime.artifact import load_manifest, weights_dir
-from flidec.runtime.binder import Bound, Plan, Shape, Site, bound_from_plans
+from flidec.runtime.binder import Bound, Plan, Shape, Site, bound_from_plans, merge_chains
 from flidec.runtime.buffers import DeviceBuffers, MetaStage, RecordingPlan, read_recording
 from flidec.runtime.launch import CompiledKernel, Launch, Launcher, grid3, pack_args, read_kernel
 from flidec.runtime.meta import Stream, build_meta, pad_meta
@@ -472,7 +472,8 @@ class Program:
 
     def _pieces(self, instances: Sequence[object], t: TreeRuntime, answered: dict[int, _Answered],
                 errors: dict[int, FlideError]) -> Iterator[_Piece]:
-        """Each instance planned (its InstanceError into `errors`), whole or split to fit the largest bucket."""
+        """Each instance planned (its InstanceError into `errors`), its chains merged (`merge_chains`: fewer
+        segments, the same bits), whole or split to fit the largest bucket."""
         walker = _TemplateWalker(t.tree, t.program.template, self.fmt)
         for i, inst in enumerate(instances):
             try:
@@ -480,6 +481,7 @@ class Program:
                 if not isinstance(inst, Mapping) or t.tree.state.name not in inst:
                     raise InstanceError([f"{t.tree.state.name}: missing"])
                 plan, shape = walker.plan(inst)
+                plan = merge_chains(plan)
                 sizes = plan_sizes(plan)
                 whole = [(plan, tuple(range(len(plan.reads))))]
                 try:
@@ -493,7 +495,9 @@ class Program:
                 continue
             answered[i] = _Answered(plan, shape, [None] * len(plan.reads))
             for p, reads in parts:
-                yield _Piece(i, p, sizes if len(parts) == 1 else plan_sizes(p), reads)
+                if p is not plan:  # a sub-plan can keep one child of a parent that had several: a chain again
+                    p = merge_chains(p)
+                yield _Piece(i, p, sizes if p is plan else plan_sizes(p), reads)
 
 
 _NO_STREAM = Stream(torch.zeros(0, dtype=torch.int64), build_meta((), (), 0))

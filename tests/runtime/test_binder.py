@@ -1,6 +1,7 @@
 """The binder and packer: every ask's path in the packed stream is its whole prompt's tokenization (many
 texts: whitespace, JSON, Unicode), instances pack without touching each other, answers come back in the
-instance's shape, and bad instances are reported by path without stopping the others."""
+instance's shape, bad instances are reported by path without stopping the others, and merge_chains keeps
+every read's path while it merges only children into parents without reads."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from flidec.ir.errors import InstanceError
 from flidec.ir.tree import Ask, AskType, Bound, Fork, NoulCriteria, Range, ScoreLevels, State, Text, Tree
 from flidec.models.tokenizer import ModelTokenizer
 from flidec.runtime.answers import assemble
-from flidec.runtime.binder import bind, bind_one, plain_streams
+from flidec.runtime.binder import Plan, bind, bind_one, merge_chains, plain_streams
 from flidec.runtime.next_token import NextTokenFormat
 
 
@@ -338,3 +339,49 @@ def test_each_packed_instance_gets_its_own_answers(fmt) -> None:
     for k, b in enumerate(alone):
         answers = assemble(b, _logits_by_path(b), served_name="m")[0]["answers"]
         assert together[k]["answers"] == answers
+
+
+# ---- merge_chains -----------------------------------------------------------------------------------------
+
+
+def _paths(plan: Plan) -> list[tuple[str, list[int]]]:
+    return [(path, plan.path_ids(seg)) for seg, _, path in plan.reads]
+
+
+def _plan(ids: list[list[int]], parents: list[int], reads: list[int]) -> Plan:
+    return Plan([list(i) for i in ids], list(parents), [(seg, None, f"r{seg}") for seg in reads])
+
+
+def test_a_one_question_instance_becomes_its_plain_pass(fmt) -> None:
+    bound = bind_one(SYSTEMONE, {"state": "a ticket", "questions": {"q": {"type": "noul"}}}, fmt)
+    meta = bound.stream.meta
+    assert len(meta.segments) == 2
+    plan = Plan([bound.stream.tokens[s.start : s.start + s.length].tolist() for s in meta.segments],
+                [s.parent for s in meta.segments], [(1, None, "q")])
+    merged = merge_chains(plan)
+    assert merged.ids == [bound.stream.tokens.tolist()] and merged.parents == [-1] and merged.reads[0][0] == 0
+    assert plan.ids[0] == bound.stream.tokens[: meta.segments[0].length].tolist()  # the input is left as it was
+
+
+def test_chains_merge_and_branch_points_stay() -> None:
+    # 0 -> 1 -> 2 -> {3 -> 4, 5}, reads at 4 and 5: 0..2 are one segment, 3..4 another, 5 stays
+    plan = _plan([[1, 2], [3], [4, 5], [6], [7], [8]], [-1, 0, 1, 2, 3, 2], [4, 5])
+    merged = merge_chains(plan)
+    assert merged.ids == [[1, 2, 3, 4, 5], [6, 7], [8]] and merged.parents == [-1, 0, 0]
+    assert _paths(merged) == _paths(plan)
+
+
+def test_a_parent_with_a_read_keeps_its_only_child_apart() -> None:
+    plan = _plan([[1], [2], [3]], [-1, 0, 1], [1, 2])  # 1 is read at its last token: 2 must start a segment
+    merged = merge_chains(plan)
+    assert merged.ids == [[1, 2], [3]] and merged.parents == [-1, 0]
+    assert [seg for seg, _, _ in merged.reads] == [0, 1] and _paths(merged) == _paths(plan)
+
+
+def test_reads_keep_their_order_and_a_plan_without_chains_is_returned_as_is() -> None:
+    plan = _plan([[1], [2], [3], [4], [5]], [-1, 0, 0, 2, -1], [3, 1, 4])
+    merged = merge_chains(plan)
+    assert [path for _, _, path in merged.reads] == ["r3", "r1", "r4"] and _paths(merged) == _paths(plan)
+    assert merged.ids == [[1], [2], [3, 4], [5]]
+    flat = _plan([[1], [2], [3]], [-1, 0, 0], [1, 2])
+    assert merge_chains(flat) is flat

@@ -1,6 +1,7 @@
 """Program on a cpu artifact: answers and logits equal `flidec run`'s reference executor bit for bit (same
-dtype), packing never changes an instance's logits (E1), per-row errors never stop a run, `flidec run
-ARTIFACT` writes the same results, and the queue routes each caller's answer back to it."""
+dtype), a one-question instance runs as its plain pass with the same bits (E3), packing never changes an
+instance's logits (E1), per-row errors never stop a run, `flidec run ARTIFACT` writes the same results, and
+the queue routes each caller's answer back to it."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from flidec.cli import main
 from flidec.frontend import load_spec
 from flidec.ir.errors import ArtifactError, InstanceError
 from flidec.run import Answerer, Summary
-from flidec.runtime.binder import Walker, bind
+from flidec.runtime.binder import Walker, bind, plain_streams
 from flidec.runtime.next_token import NextTokenFormat
 from flidec.runtime.program import load
 from flidec.runtime.serve import Server
@@ -61,6 +62,25 @@ def test_logits_equal_the_reference_executor_bitwise(program, answerer) -> None:
         bound = bind(answerer.tree, [inst], answerer.fmt)
         want = answerer.executor.run_stream(bound.stream)
         assert torch.equal(logits, want), "the runtime's logits differ from flidec run's"
+
+
+def test_a_one_question_instance_runs_as_its_plain_pass_with_the_forked_bits(program, answerer, monkeypatch
+                                                                             ) -> None:
+    """merge_chains: the root and the question block run as one segment, the read's plain single-sequence
+    pass (what flidec-solo runs), and the logits equal those of the forked stream of two segments bit for bit
+    (E3)."""
+    submitted = []
+    submit = program.engine.submit
+    monkeypatch.setattr(program.engine, "submit", lambda *a: submitted.append(a[2]) or submit(*a))
+    for i in range(3):
+        inst = question(i)
+        (got,) = program.label_logits([inst])
+        bound = bind(answerer.tree, [inst], answerer.fmt)
+        (plain,) = plain_streams(bound)
+        assert len(bound.stream.meta.segments) == 2 and len(submitted[-1].meta.segments) == 1
+        assert torch.equal(submitted[-1].tokens, plain.tokens) and submitted[-1].meta.reads == plain.meta.reads
+        assert torch.equal(got, answerer.executor.run_stream(bound.stream))
+        assert torch.equal(got, answerer.executor.run_stream(plain))
 
 
 def test_packing_never_changes_an_instance(program) -> None:

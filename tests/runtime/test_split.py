@@ -2,7 +2,8 @@
 fits, keeps each of its reads' whole paths and holds every read once; a split instance's label logits equal
 the same instance run whole in a larger bucket, bit for bit (E1), on the reference executor and through the
 GraphEngine with a fake launcher (several streams in one call, pipelined); a read whose path alone does not
-fit the largest bucket is a per-row error naming it and what is over."""
+fit the largest bucket is a per-row error naming it and what is over; chains merged inside a tree keep their
+bits."""
 
 from __future__ import annotations
 
@@ -13,10 +14,11 @@ import torch
 
 from flidec.ir.errors import InstanceError
 from flidec.ir.program import Bucket
+from flidec.runtime.binder import merge_chains
 from flidec.runtime.buffers import PlanBuffer, PlanStep, RecordingPlan
 from flidec.runtime.launch import CompiledKernel
 from flidec.runtime.program import GraphEngine, Program, load, plan_sizes, split_plan
-from flidec.runtime.templates import _TemplateWalker
+from flidec.runtime.templates import _TemplateWalker, bind_template
 
 DEEP = """model qwen3_5
 format next_token(style="vllm")
@@ -104,6 +106,20 @@ def test_split_instances_equal_whole_ones_bitwise(programs) -> None:
     for g, w in zip(got, want, strict=True):
         assert isinstance(g, torch.Tensor) and torch.equal(g, w)
     assert small.run(insts) == big.run(insts)
+
+
+def test_chains_inside_a_tree_merge_with_the_same_bits(programs) -> None:
+    """With one `next` per step, each next branch and its ask's block merge (merge_chains); the logits equal
+    those of the stream the template binds, every segment apart, bit for bit (E3)."""
+    program = programs["big"]
+    t = program.tree()
+    insts = [deep(2, 1), deep(1, 1, " again")]
+    for inst in insts:
+        plan = plan_of(program, inst)
+        assert len(merge_chains(plan).ids) == len(plan.ids) - len(inst["step"])
+    for inst, got in zip(insts, program.label_logits(insts), strict=True):
+        bound = bind_template(t.tree, t.program.template, [inst], program.fmt)
+        assert torch.equal(got, program.engine.executor.run_stream(bound.stream))
 
 
 # ---- the GraphEngine path, with a launcher that computes a path-dependent stand-in for logits -------------
