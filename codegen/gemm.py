@@ -37,7 +37,6 @@ class GemmTiles:
     block_k: int
     num_warps: int
     num_stages: int
-    programs: int = 0  # programs of a launch, each walking tiles in turn; 0: one program per tile
 
 
 # Per dtype, rungs of (largest M served, tiles), smallest first. bf16, measured on the H200 over a 0.8B pass
@@ -56,13 +55,6 @@ TILES: dict[torch.dtype, tuple[tuple[int, GemmTiles], ...]] = {
 def tiles_for(dtype: torch.dtype, rows: int) -> GemmTiles:
     """The tiles of a launch over `rows` rows: the first rung that serves them."""
     return next(t for most, t in TILES[dtype] if rows <= most)
-
-
-def _grid(tiles: GemmTiles, row_tiles: int, column_tiles: int) -> tuple[int, ...]:
-    """One program per tile, or tiles.programs programs walking them (WALK)."""
-    if tiles.programs:
-        return (min(tiles.programs, row_tiles * column_tiles),)
-    return (row_tiles, column_tiles)
 
 _DTYPES = {torch.bfloat16: "bf16", torch.float32: "fp32"}
 
@@ -88,14 +80,18 @@ def _gemm_tile(x_ptr, w_ptr, y_ptr, M, pid_m, pid_n,
 
 
 @triton.jit
-def _silu_mul_tile(x_ptr, wg_ptr, wu_ptr, y_ptr, M, pid_m, pid_n,
-                   N: tl.constexpr, K: tl.constexpr, X_ST: tl.constexpr, W_ST: tl.constexpr, Y_ST: tl.constexpr,
-                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """One tile of y = silu(x @ Wg^T) * (x @ Wu^T): each accumulator sees _gemm_tile's products in its order
-    and is rounded to y's dtype before the product, as the two stored projections were, and the product is
-    computed as pointwise.binary_kernel's SILU_MUL does."""
-    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+def gemm_silu_mul_kernel(
+    x_ptr, wg_ptr, wu_ptr, y_ptr,
+    M,  # i32: rows of x and y
+    N: tl.constexpr, K: tl.constexpr,
+    X_ST: tl.constexpr, W_ST: tl.constexpr, Y_ST: tl.constexpr,  # row strides (both W share one)
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    """y = silu(x @ Wg^T) * (x @ Wu^T), the SwiGLU product, in the projections' epilogue. Each accumulator
+    sees gemm_kernel's products in its order and is rounded to y's dtype before the product, as the two
+    stored projections were, and the product is computed as pointwise.binary_kernel's SILU_MUL does."""
+    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
     x_rows = x_ptr + rm.to(tl.int64)[:, None] * X_ST
     w_at = rn.to(tl.int64)[:, None] * W_ST
@@ -117,55 +113,32 @@ def _silu_mul_tile(x_ptr, wg_ptr, wu_ptr, y_ptr, M, pid_m, pid_n,
 
 
 @triton.jit
-def gemm_silu_mul_kernel(
-    x_ptr, wg_ptr, wu_ptr, y_ptr,
-    M,  # i32: rows of x and y
-    N: tl.constexpr, K: tl.constexpr,
-    X_ST: tl.constexpr, W_ST: tl.constexpr, Y_ST: tl.constexpr,  # row strides (both W share one)
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, WALK: tl.constexpr,
-):
-    """y = silu(x @ Wg^T) * (x @ Wu^T), the SwiGLU product, in the projections' epilogue (_silu_mul_tile);
-    tiles as gemm_kernel's."""
-    num_m = tl.cdiv(M, BLOCK_M)
-    if WALK:
-        for tile in tl.range(tl.program_id(0), num_m * tl.cdiv(N, BLOCK_N), tl.num_programs(0), flatten=True):
-            _silu_mul_tile(x_ptr, wg_ptr, wu_ptr, y_ptr, M, tile % num_m, tile // num_m, N, K, X_ST, W_ST, Y_ST,
-                           BLOCK_M, BLOCK_N, BLOCK_K)
-    else:
-        _silu_mul_tile(x_ptr, wg_ptr, wu_ptr, y_ptr, M, tl.program_id(0), tl.program_id(1), N,
-                       K, X_ST, W_ST, Y_ST, BLOCK_M, BLOCK_N, BLOCK_K)
-
-
-@triton.jit
 def gemm_kernel(
     x_ptr, w_ptr, y_ptr,
     M,  # i32: rows of x and y (the only size that varies between launches)
     N: tl.constexpr, K: tl.constexpr,
     X_ST: tl.constexpr, W_ST: tl.constexpr, Y_ST: tl.constexpr,  # row strides, in elements
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    WALK: tl.constexpr,  # GemmTiles.programs is set: each program walks several tiles
 ):
-    """One tile a program (grid: row tiles, column tiles), or with WALK a 1-D grid of programs each taking
-    every num_programs-th tile, row tiles fastest (as blocks are dispatched), the walk flattened with the
-    tiles' K loops so that the next tile's first loads are in flight while this one's epilogue runs. A
-    tile's products are the same either way."""
-    num_m = tl.cdiv(M, BLOCK_M)
-    if WALK:
-        for tile in tl.range(tl.program_id(0), num_m * tl.cdiv(N, BLOCK_N), tl.num_programs(0), flatten=True):
-            _gemm_tile(x_ptr, w_ptr, y_ptr, M, tile % num_m, tile // num_m, N, K, X_ST, W_ST, Y_ST,
-                       BLOCK_M, BLOCK_N, BLOCK_K)
-    else:
-        _gemm_tile(x_ptr, w_ptr, y_ptr, M, tl.program_id(0), tl.program_id(1), N, K, X_ST, W_ST,
-                   Y_ST, BLOCK_M, BLOCK_N, BLOCK_K)
+    _gemm_tile(x_ptr, w_ptr, y_ptr, M, tl.program_id(0), tl.program_id(1), N, K, X_ST, W_ST, Y_ST,
+               BLOCK_M, BLOCK_N, BLOCK_K)
 
 
 @triton.jit
-def _group_tile(x_ptr, w0_ptr, y0_ptr, w1_ptr, y1_ptr, w2_ptr, y2_ptr, w3_ptr, y3_ptr, M, pid_m, pid_n,
-                N0: tl.constexpr, N1: tl.constexpr, N2: tl.constexpr, N3: tl.constexpr, K: tl.constexpr,
-                X_ST: tl.constexpr, W_ST0: tl.constexpr, W_ST1: tl.constexpr, W_ST2: tl.constexpr,
-                W_ST3: tl.constexpr, Y_ST0: tl.constexpr, Y_ST1: tl.constexpr, Y_ST2: tl.constexpr,
-                Y_ST3: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """Column tile pid_n of the members' column tiles in turn: its member's _gemm_tile."""
+def gemm_group_kernel(
+    x_ptr,
+    w0_ptr, y0_ptr, w1_ptr, y1_ptr, w2_ptr, y2_ptr, w3_ptr, y3_ptr,  # members past GROUP repeat member 0
+    M,  # i32: rows of x and of every y
+    N0: tl.constexpr, N1: tl.constexpr, N2: tl.constexpr, N3: tl.constexpr, K: tl.constexpr,  # N: 0 unused
+    X_ST: tl.constexpr,
+    W_ST0: tl.constexpr, W_ST1: tl.constexpr, W_ST2: tl.constexpr, W_ST3: tl.constexpr,
+    Y_ST0: tl.constexpr, Y_ST1: tl.constexpr, Y_ST2: tl.constexpr, Y_ST3: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    """y_i = x @ W_i^T for up to four W_i of one x in one launch: the grid's second axis runs through each
+    member's column tiles in turn, and a tile computes exactly what gemm_kernel's tile would."""
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
     end0: tl.constexpr = (N0 + BLOCK_N - 1) // BLOCK_N
     end1: tl.constexpr = end0 + (N1 + BLOCK_N - 1) // BLOCK_N
     end2: tl.constexpr = end1 + (N2 + BLOCK_N - 1) // BLOCK_N
@@ -182,34 +155,6 @@ def _group_tile(x_ptr, w0_ptr, y0_ptr, w1_ptr, y1_ptr, w2_ptr, y2_ptr, w3_ptr, y
         if N3 > 0:
             _gemm_tile(x_ptr, w3_ptr, y3_ptr, M, pid_m, pid_n - end2, N3, K, X_ST, W_ST3, Y_ST3,
                        BLOCK_M, BLOCK_N, BLOCK_K)
-
-
-@triton.jit
-def gemm_group_kernel(
-    x_ptr,
-    w0_ptr, y0_ptr, w1_ptr, y1_ptr, w2_ptr, y2_ptr, w3_ptr, y3_ptr,  # members past GROUP repeat member 0
-    M,  # i32: rows of x and of every y
-    N0: tl.constexpr, N1: tl.constexpr, N2: tl.constexpr, N3: tl.constexpr, K: tl.constexpr,  # N: 0 unused
-    X_ST: tl.constexpr,
-    W_ST0: tl.constexpr, W_ST1: tl.constexpr, W_ST2: tl.constexpr, W_ST3: tl.constexpr,
-    Y_ST0: tl.constexpr, Y_ST1: tl.constexpr, Y_ST2: tl.constexpr, Y_ST3: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, WALK: tl.constexpr,
-):
-    """y_i = x @ W_i^T for up to four W_i of one x in one launch: the column tiles run through each member's
-    in turn (_group_tile), and a tile computes exactly what gemm_kernel's would. Tiles as gemm_kernel's, but
-    a walk is not flattened (the member's branches are not one loop body)."""
-    num_m = tl.cdiv(M, BLOCK_M)
-    tiles = num_m * ((N0 + BLOCK_N - 1) // BLOCK_N + (N1 + BLOCK_N - 1) // BLOCK_N + (N2 + BLOCK_N - 1) // BLOCK_N
-                     + (N3 + BLOCK_N - 1) // BLOCK_N)
-    if WALK:
-        for tile in tl.range(tl.program_id(0), tiles, tl.num_programs(0)):
-            _group_tile(x_ptr, w0_ptr, y0_ptr, w1_ptr, y1_ptr, w2_ptr, y2_ptr, w3_ptr, y3_ptr, M, tile % num_m,
-                        tile // num_m, N0, N1, N2, N3, K, X_ST, W_ST0, W_ST1, W_ST2, W_ST3, Y_ST0, Y_ST1, Y_ST2,
-                        Y_ST3, BLOCK_M, BLOCK_N, BLOCK_K)
-    else:
-        _group_tile(x_ptr, w0_ptr, y0_ptr, w1_ptr, y1_ptr, w2_ptr, y2_ptr, w3_ptr, y3_ptr, M,
-                    tl.program_id(0), tl.program_id(1), N0, N1, N2, N3, K, X_ST, W_ST0, W_ST1,
-                    W_ST2, W_ST3, Y_ST0, Y_ST1, Y_ST2, Y_ST3, BLOCK_M, BLOCK_N, BLOCK_K)
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,13 +177,10 @@ class GemmSpec:
         t = self.tiles
         x_st, w_st, y_st = self.strides
         return {"N": self.n, "K": self.k, "X_ST": x_st, "W_ST": w_st, "Y_ST": y_st,
-                "BLOCK_M": t.block_m, "BLOCK_N": t.block_n, "BLOCK_K": t.block_k, "WALK": t.programs > 0}
+                "BLOCK_M": t.block_m, "BLOCK_N": t.block_n, "BLOCK_K": t.block_k}
 
-    def column_tiles(self) -> int:
-        return triton.cdiv(self.n, self.tiles.block_n)
-
-    def grid(self, m: int) -> tuple[int, ...]:
-        return _grid(self.tiles, triton.cdiv(m, self.tiles.block_m), self.column_tiles())
+    def grid(self, m: int) -> tuple[int, int]:
+        return (triton.cdiv(m, self.tiles.block_m), triton.cdiv(self.n, self.tiles.block_n))
 
 
 def gemm_spec(x: torch.Tensor, weight: torch.Tensor, y: torch.Tensor) -> GemmSpec:
@@ -313,10 +255,10 @@ class GemmGroupSpec:
         return ({f"N{i}": m.n for i, m in enumerate(padded)} | {"K": first.k, "X_ST": first.strides[0]}
                 | {f"W_ST{i}": m.strides[1] for i, m in enumerate(padded)}
                 | {f"Y_ST{i}": m.strides[2] for i, m in enumerate(padded)}
-                | {"BLOCK_M": t.block_m, "BLOCK_N": t.block_n, "BLOCK_K": t.block_k, "WALK": t.programs > 0})
+                | {"BLOCK_M": t.block_m, "BLOCK_N": t.block_n, "BLOCK_K": t.block_k})
 
-    def grid(self, m: int) -> tuple[int, ...]:
-        return _grid(self.tiles, triton.cdiv(m, self.tiles.block_m), sum(s.column_tiles() for s in self.members))
+    def grid(self, m: int) -> tuple[int, int]:
+        return (triton.cdiv(m, self.tiles.block_m), sum(s.grid(m)[1] for s in self.members))
 
     def args(self, x: object, weights: tuple, outs: tuple, m: int) -> tuple:
         """The launch's arguments: x, then (W_i, y_i) per member (member 0's again for unused ones), M."""

@@ -77,26 +77,6 @@ def test_small_launches_take_the_small_rung_and_every_rung_gives_the_same_rows(d
     assert not outs[0].isnan().any() and all(torch.equal(o, outs[0]) for o in outs[1:])
 
 
-def test_programs_walking_several_tiles_give_every_tile_of_one_program_each(device, monkeypatch) -> None:
-    """GemmTiles.programs: 3 programs walk the 3 x 4 tiles of a 130 x 200 launch (edges in every dim), and
-    every kernel's outputs are torch.equal to one program per tile's."""
-    import dataclasses
-
-    from flidec.codegen import gemm
-
-    tiles = gemm.TILES[torch.bfloat16][0][1]
-    x, w = operands(130, 200, 96, torch.bfloat16, device, seed=7)
-    w_up = w.flip(0).contiguous()
-    runs = []
-    for programs in (0, 3):
-        monkeypatch.setitem(gemm.TILES, torch.bfloat16,
-                            ((gemm.ANY_ROWS, dataclasses.replace(tiles, programs=programs)),))
-        assert gemm.gemm_spec(x, w, torch.empty(130, 200, dtype=x.dtype)).grid(130) == ((3,) if programs else (3, 4))
-        runs.append((linear(x, w), linear_silu_mul(x, w, w_up), *linear_group(x, (w, w[:72], w_up))))
-    for one_each, walked in zip(*runs):
-        assert not one_each.isnan().any() and torch.equal(walked, one_each)
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("ns", [(72, 16), (130, 8, 200), (64, 16, 16, 96)])
 def test_group_members_equal_their_own_launches(dtype, ns, device) -> None:
