@@ -43,10 +43,15 @@ class GemmTiles:
 # (186 launches, benchmarks/gemm_tiles.py): at 192 rows 64 x 64 tiles on 4 warps and 4 stages take 1.53 ms
 # against 2.47 for 128 x 128 (16 programs for an N = 1,024 projection leave most SMs idle); at 768 rows 2.74
 # against 3.25 ms (384: 1.86 / 2.66, 512: 2.16 / 2.71); at 1,024 rows they tie (3.27 / 3.28 ms) and at 6,144
-# they lose (17.9 against 13.2 ms). Every tile choice gave the same bits at every row count.
+# they lose (17.9 against 13.2 ms). Every tile choice gave the same bits at every row count. The grouped pass
+# (96 launches, 2026-11-29): at 192 rows 6 stages take 1.16 ms against 1.27 for 4; at 1,024 rows 64 x 128
+# tiles on 4 warps and 4 stages 2.69 ms against 2.78 for 128 x 128 (at 6,144: 13.63 against 12.21). Tiles
+# walked by a fixed number of programs (persistent, the walk flattened with the K loops) lost at every size.
 ANY_ROWS = 2**31 - 1
 TILES: dict[torch.dtype, tuple[tuple[int, GemmTiles], ...]] = {
-    torch.bfloat16: ((768, GemmTiles(block_m=64, block_n=64, block_k=64, num_warps=4, num_stages=4)),
+    torch.bfloat16: ((256, GemmTiles(block_m=64, block_n=64, block_k=64, num_warps=4, num_stages=6)),
+                     (768, GemmTiles(block_m=64, block_n=64, block_k=64, num_warps=4, num_stages=4)),
+                     (1024, GemmTiles(block_m=64, block_n=128, block_k=64, num_warps=4, num_stages=4)),
                      (ANY_ROWS, GemmTiles(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=3))),
     torch.float32: ((ANY_ROWS, GemmTiles(block_m=64, block_n=64, block_k=32, num_warps=4, num_stages=2)),),
 }
