@@ -103,8 +103,8 @@ def measure_variant(variant: str, rows: list[int]) -> list[dict]:
     from flidec.codegen import gemm
 
     if variant:  # one tile choice for every size: the largest rung's, with the variant's fields
-        largest = gemm.TILES[torch.bfloat16][-1][1]
-        gemm.TILES[torch.bfloat16] = ((gemm.ANY_ROWS, dataclasses.replace(largest, **parse_variant(variant))),)
+        largest = gemm.TILES[torch.bfloat16][-1][-1]
+        gemm.TILES[torch.bfloat16] = ((gemm.ANY, gemm.ANY, dataclasses.replace(largest, **parse_variant(variant))),)
     report = []
     for r in rows:
         row = measure(variant or "default", r)

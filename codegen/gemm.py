@@ -39,27 +39,30 @@ class GemmTiles:
     num_stages: int
 
 
-# Per dtype, rungs of (largest M served, tiles), smallest first. bf16, measured on the H200 over a 0.8B pass
-# (186 launches, benchmarks/gemm_tiles.py): at 192 rows 64 x 64 tiles on 4 warps and 4 stages take 1.53 ms
-# against 2.47 for 128 x 128 (16 programs for an N = 1,024 projection leave most SMs idle); at 768 rows 2.74
-# against 3.25 ms (384: 1.86 / 2.66, 512: 2.16 / 2.71); at 1,024 rows they tie (3.27 / 3.28 ms) and at 6,144
-# they lose (17.9 against 13.2 ms). Every tile choice gave the same bits at every row count. The grouped pass
-# (96 launches, 2026-11-29): at 192 rows 6 stages take 1.16 ms against 1.27 for 4; at 1,024 rows 64 x 128
-# tiles on 4 warps and 4 stages 2.69 ms against 2.78 for 128 x 128 (at 6,144: 13.63 against 12.21). Tiles
-# walked by a fixed number of programs (persistent, the walk flattened with the K loops) lost at every size.
-ANY_ROWS = 2**31 - 1
-TILES: dict[torch.dtype, tuple[tuple[int, GemmTiles], ...]] = {
-    torch.bfloat16: ((256, GemmTiles(block_m=64, block_n=64, block_k=64, num_warps=4, num_stages=6)),
-                     (768, GemmTiles(block_m=64, block_n=64, block_k=64, num_warps=4, num_stages=4)),
-                     (1024, GemmTiles(block_m=64, block_n=128, block_k=64, num_warps=4, num_stages=4)),
-                     (ANY_ROWS, GemmTiles(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=3))),
-    torch.float32: ((ANY_ROWS, GemmTiles(block_m=64, block_n=64, block_k=32, num_warps=4, num_stages=2)),),
+# Per dtype, rungs of (largest M served, largest N served, tiles): a launch takes the first rung serving its
+# rows and columns. bf16, measured on the H200 over a 0.8B pass (186 launches, benchmarks/gemm_tiles.py): at
+# 192 rows 64 x 64 tiles on 4 warps and 4 stages take 1.53 ms against 2.47 for 128 x 128 (16 programs for an
+# N = 1,024 projection leave most SMs idle); at 768 rows 2.74 against 3.25 ms (384: 1.86 / 2.66, 512: 2.16 /
+# 2.71); at 1,024 rows they tie (3.27 / 3.28 ms) and at 6,144 they lose (17.9 against 13.2 ms). Every tile
+# choice gave the same bits at every row count. In the replays (benchmarks/profile_runtime.py, 2026-11-29):
+# 6 stages up to 256 rows cut r192's single and grouped projections 1,112 -> 893 us (the SwiGLU kernel, two
+# weight tiles a stage, keeps 4: silu_mul_spec); 64 x 128 tiles at 1,024 rows cut r1024's N = 1,024 launches
+# (out and down projections: 64 programs of 128 x 128) 1,175 -> 833 us, but made the wide ones slower.
+# Tiles walked by a fixed number of programs (persistent, flattened with the K loops) lost at every size.
+ANY = 2**31 - 1
+TILES: dict[torch.dtype, tuple[tuple[int, int, GemmTiles], ...]] = {
+    torch.bfloat16: ((256, ANY, GemmTiles(block_m=64, block_n=64, block_k=64, num_warps=4, num_stages=6)),
+                     (768, ANY, GemmTiles(block_m=64, block_n=64, block_k=64, num_warps=4, num_stages=4)),
+                     (1024, 1024, GemmTiles(block_m=64, block_n=128, block_k=64, num_warps=4, num_stages=4)),
+                     (ANY, ANY, GemmTiles(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=3))),
+    torch.float32: ((ANY, ANY, GemmTiles(block_m=64, block_n=64, block_k=32, num_warps=4, num_stages=2)),),
 }
 
 
-def tiles_for(dtype: torch.dtype, rows: int) -> GemmTiles:
-    """The tiles of a launch over `rows` rows: the first rung that serves them."""
-    return next(t for most, t in TILES[dtype] if rows <= most)
+def tiles_for(dtype: torch.dtype, rows: int, columns: int) -> GemmTiles:
+    """The tiles of a launch over `rows` rows and `columns` columns (a group's: all members'): the first rung
+    that serves them."""
+    return next(t for most_rows, most_columns, t in TILES[dtype] if rows <= most_rows and columns <= most_columns)
 
 _DTYPES = {torch.bfloat16: "bf16", torch.float32: "fp32"}
 
@@ -188,8 +191,9 @@ class GemmSpec:
         return (triton.cdiv(m, self.tiles.block_m), triton.cdiv(self.n, self.tiles.block_n))
 
 
-def gemm_spec(x: torch.Tensor, weight: torch.Tensor, y: torch.Tensor) -> GemmSpec:
-    """The spec of a launch on these tensors (checking what the kernel assumes of them)."""
+def gemm_spec(x: torch.Tensor, weight: torch.Tensor, y: torch.Tensor, columns: int | None = None) -> GemmSpec:
+    """The spec of a launch on these tensors (checking what the kernel assumes of them), its tiles picked by
+    x's rows and `columns` (default: W's rows)."""
     if x.dtype not in TILES or weight.dtype != x.dtype or y.dtype != x.dtype:
         raise ValueError(f"x, W and y must share one of {sorted(map(str, TILES))}")
     if x.shape[1] != weight.shape[1] or y.shape != (x.shape[0], weight.shape[0]):
@@ -197,7 +201,8 @@ def gemm_spec(x: torch.Tensor, weight: torch.Tensor, y: torch.Tensor) -> GemmSpe
     if x.stride(1) != 1 or weight.stride(1) != 1 or y.stride(1) != 1:
         raise ValueError("x, W and y need a contiguous inner dim")
     return GemmSpec(dtype=x.dtype, n=weight.shape[0], k=weight.shape[1],
-                    strides=(x.stride(0), weight.stride(0), y.stride(0)), tiles=tiles_for(x.dtype, x.shape[0]))
+                    strides=(x.stride(0), weight.stride(0), y.stride(0)),
+                    tiles=tiles_for(x.dtype, x.shape[0], weight.shape[0] if columns is None else columns))
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -216,11 +221,12 @@ SILU_MUL_POINTERS = ("x_ptr", "wg_ptr", "wu_ptr", "y_ptr")
 
 def silu_mul_spec(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, y: torch.Tensor) -> GemmSpec:
     """gemm_silu_mul_kernel's spec: gemm_kernel's for one projection (signature(SILU_MUL_POINTERS)), both
-    weights alike."""
+    weights alike, on at most 4 stages: a stage holds two weight tiles, and 6 (TILES' first rung) left one
+    program an SM (r192's SwiGLU launches 290 -> 364 us on the H200)."""
     spec = gemm_spec(x, w_gate, y)
     if w_up.shape != w_gate.shape or w_up.dtype != w_gate.dtype or w_up.stride() != w_gate.stride():
         raise ValueError(f"gate {tuple(w_gate.shape)} and up {tuple(w_up.shape)} weights differ")
-    return spec
+    return dataclasses.replace(spec, tiles=dataclasses.replace(spec.tiles, num_stages=min(spec.tiles.num_stages, 4)))
 
 
 def linear_silu_mul(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor,
@@ -276,7 +282,8 @@ def gemm_group_spec(x: torch.Tensor, weights: tuple[torch.Tensor, ...], outs: tu
     if not 1 <= len(weights) <= GROUP or len(outs) != len(weights):
         raise ValueError(f"a group has 1 to {GROUP} members with one output each, not {len(weights)} weights "
                          f"and {len(outs)} outputs")
-    members = tuple(gemm_spec(x, w, y) for w, y in zip(weights, outs))
+    columns = sum(w.shape[0] for w in weights)
+    members = tuple(gemm_spec(x, w, y, columns) for w, y in zip(weights, outs))
     if len({w.dtype for w in weights}) != 1:
         raise ValueError("a group's weights share one dtype")
     return GemmGroupSpec(members)

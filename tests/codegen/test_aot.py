@@ -41,7 +41,7 @@ hq, hkv, d = 8, 2, 256
 attention = AttentionSpec(torch.bfloat16, hq, hkv, d, depth=3, has_gate=True,
                           strides=((2 * hq * d, 2 * d), (hkv * d, d), (hkv * d, d), (2 * hq * d, 2 * d), (hq * d, d)))
 gemm = GemmSpec(torch.bfloat16, n=3584, k=1024, strides=(1024, 1024, 3584),
-                tiles=tiles_for(torch.bfloat16, 8192))
+                tiles=tiles_for(torch.bfloat16, 8192, 8192))
 report = {}
 for name, fn, spec in (("attention", fork_attention_kernel, attention), ("gemm", gemm_kernel, gemm),
                        ("gemm_again", gemm_kernel, gemm)):
@@ -128,7 +128,7 @@ def test_compile_kernel_checks_its_inputs() -> None:
     from flidec.codegen import eager
     from flidec.codegen.gemm import GemmSpec, gemm_kernel, tiles_for
 
-    spec = GemmSpec(torch.float32, n=64, k=64, strides=(64, 64, 64), tiles=tiles_for(torch.float32, 64))
+    spec = GemmSpec(torch.float32, n=64, k=64, strides=(64, 64, 64), tiles=tiles_for(torch.float32, 64, 64))
     with pytest.raises(aot.KernelBuildError, match="unsupported target"):
         aot.compile_kernel(gemm_kernel, spec.signature(), spec.constexprs(), target="sm_80")
     with pytest.raises(aot.KernelBuildError, match="constexprs"):

@@ -4,6 +4,8 @@ two stored projections."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -59,20 +61,32 @@ def test_linear_refuses_mismatched_operands() -> None:
         linear(x, w.double())
 
 
-def test_small_launches_take_the_small_rung_and_every_rung_gives_the_same_rows(device, monkeypatch) -> None:
-    """The rung is picked by the launch's rows; the interpreter's products are exact in every tile, so this
-    checks the tiles' coverage and edge masks (the hardware's bits: test_aot_gpu.py)."""
+def test_rungs_by_rows_and_columns_and_every_rung_gives_the_same_rows(device, monkeypatch) -> None:
+    """A launch takes the first rung serving its rows and columns (a group: all its members'; the SwiGLU
+    kernel at most 4 stages); the interpreter's products are exact in every tile, so this checks the tiles'
+    coverage and edge masks (the hardware's bits: test_aot_gpu.py)."""
     from flidec.codegen import gemm
 
     rungs = gemm.TILES[torch.bfloat16]
-    assert len(rungs) > 1 and [most for most, _ in rungs] == sorted(most for most, _ in rungs)
-    assert gemm.tiles_for(torch.bfloat16, 1) == rungs[0][1]
-    assert gemm.tiles_for(torch.bfloat16, rungs[0][0] + 1) == rungs[1][1]
-    assert gemm.tiles_for(torch.bfloat16, 10**9) == rungs[-1][1]
-    x, w = operands(130, 200, 96, torch.bfloat16, device, seed=4)  # edges in every dim of both rungs' tiles
+    assert len(rungs) > 1 and rungs[-1][:2] == (gemm.ANY, gemm.ANY)
+    assert [most for most, _, _ in rungs] == sorted(most for most, _, _ in rungs)
+    for most_rows, most_columns, _ in rungs:  # each rung's corner goes to the first rung serving it
+        serving = [t for r, c, t in rungs if most_rows <= r and most_columns <= c]
+        assert gemm.tiles_for(torch.bfloat16, most_rows, most_columns) == serving[0]
+    narrow = next((r, c, t) for r, c, t in rungs if c < gemm.ANY)  # 0.8B's out and down projections at r1024
+    assert gemm.tiles_for(torch.bfloat16, narrow[0], narrow[1]) == narrow[2]
+    assert gemm.tiles_for(torch.bfloat16, narrow[0], narrow[1] + 1) != narrow[2]
+    x, w = operands(narrow[0], narrow[1] // 2 + 8, 96, torch.bfloat16, torch.device("cpu"))
+    y = torch.empty(x.shape[0], w.shape[0], dtype=x.dtype)
+    group = gemm.gemm_group_spec(x, (w, w), (y, y))
+    assert group.tiles == gemm.tiles_for(torch.bfloat16, narrow[0], 2 * w.shape[0]) != narrow[2]
+    small = rungs[0][2]
+    assert small.num_stages > 4
+    assert gemm.silu_mul_spec(x[:1], w, w, y[:1]).tiles == dataclasses.replace(small, num_stages=4)
+    x, w = operands(130, 200, 96, torch.bfloat16, device, seed=4)  # edges in every dim of every rung's tiles
     outs = []
-    for _, tiles in rungs:
-        monkeypatch.setitem(gemm.TILES, torch.bfloat16, ((gemm.ANY_ROWS, tiles),))
+    for *_, tiles in rungs:
+        monkeypatch.setitem(gemm.TILES, torch.bfloat16, ((gemm.ANY, gemm.ANY, tiles),))
         outs.append(linear(x, w))
     assert not outs[0].isnan().any() and all(torch.equal(o, outs[0]) for o in outs[1:])
 
