@@ -17,7 +17,9 @@ only that chunk. The work splits as in flash-linear-attention's chunked kernels 
 - `gdn_state_kernel`, one launch per tree level, one program per (value head and BLOCK_V value columns, item):
   the state's walk, two dependent products per chunk, from the item's src slot (or zeros), saving the state
   entering each chunk and v_new, and after its last full chunk its dst slot;
-- `gdn_out_kernel`, one launch over every chunk slot: out = qe S + attn v_new, independent per chunk.
+- `gdn_out_kernel`, one launch over every chunk slot: out = qe S + attn v_new, independent per chunk; with
+  a GdnNorm (passes/fuse_gdn_norm.py), normed by the layer's gated RMS norm with z [T, Hv, Dv] and its
+  weight, bit for bit as the norm's own kernel computes it (codegen/pointwise.py).
 Relies on (E3): a row's bits depend only on the positions at or before it on its path: every product whose
 row index precedes its column index is masked to an exact zero, positions past a segment's end load zeros,
 and chunk boundaries are absolute, so a chunk holds the same rows at the same places in a forked stream and
@@ -34,6 +36,7 @@ import triton
 import triton.language as tl
 
 from flidec.codegen import eager
+from flidec.codegen.pointwise import gated_norm, sum_squares
 from flidec.runtime.meta import CHUNK, StreamMeta
 from flidec.runtime.reference.ops import L2_EPS
 from flidec.runtime.tables import ITEM_FIELDS, GdnTables, gdn_tables
@@ -75,8 +78,9 @@ class GdnTiles:
 # At 0.8B shapes (benchmarks/gdn_spills.py): the walk's loop body (one chunk) 1,102 -> 610 SASS
 # instructions, its 48 HGMMA unchanged; the prep 7,440 -> 7,928 instructions (fused gate 7,728 -> 8,240).
 # Registers (benchmarks/gdn_spills.py, Triton 3.6, sm_90, 0.8B shapes): prep 255 (fused gate 255), walk 204,
-# outputs 182, none spilling; before the kernels were reordered, prep and walk used 255 and spilled
-# 632 and 64 bytes a thread. What that took: the prep writes k's and q's outputs before the WY system and
+# outputs 182 (255 with the gated norm fused, a program computing both 64-column blocks of its head: 4,008
+# SASS instructions against 1,496; one 128-column block spills 16 bytes at 4 warps), none spilling; before
+# the kernels were reordered, prep and walk used 255 and spilled 632 and 64 bytes a thread. What that took: the prep writes k's and q's outputs before the WY system and
 # computes w and u in 64-column blocks from k and v loaded again, so no [CHUNK, 128] fp32 tile lives across
 # the inverse; ChunkWork tiles are addressed from a scalar base pointer plus constant int32 offsets (folded
 # into the loads' and stores' immediates). Head dims under 128 (tf32x3) still spill in the prep (96 to 176
@@ -346,20 +350,46 @@ def gdn_state_kernel(
 
 
 @triton.jit
+def _out_block(qe_ptr, attn_ptr, u_ptr, states_ptr, at, offs_c, offs_k, offs_v, DK: tl.constexpr,
+               DV: tl.constexpr, CHUNK: tl.constexpr, DOT_OUT: tl.constexpr):
+    """One chunk's outputs qe S + attn v_new [CHUNK, len(offs_v)] at value columns offs_v, fp32."""
+    state = tl.load(states_ptr + at * (DK * DV) + offs_k[:, None] * DV + offs_v[None, :])
+    o = tl.dot(tl.load(qe_ptr + at * (CHUNK * DK) + offs_c[:, None] * DK + offs_k[None, :]), state,
+               input_precision=DOT_OUT)
+    attn = tl.load(attn_ptr + at * (CHUNK * CHUNK) + offs_c[:, None] * CHUNK + offs_c[None, :])
+    return tl.dot(attn, tl.load(u_ptr + at * (CHUNK * DV) + offs_c[:, None] * DV + offs_v[None, :]), o,
+                  input_precision=DOT_OUT)
+
+
+@triton.jit
 def gdn_out_kernel(
     qe_ptr, attn_ptr, u_ptr, states_ptr,  # ChunkWork parts after every level's state walk (u holds v_new)
     out_ptr,
     items_ptr,  # int32 [items, NUM_FIELDS] (runtime/tables.py)
     chunks_ptr,  # int32 [chunks, 2]: (item, chunk of the item) per chunk slot; item -1: nothing to do
+    z_ptr, norm_w_ptr,  # with NORM: the gated norm's z [T, Hv, Dv] and weight [Dv]
+    eps,  # fp32: the gated norm's epsilon (read only with NORM)
     O_ST: tl.constexpr, O_SH: tl.constexpr,  # out's row and head strides, in elements
+    Z_ST: tl.constexpr, Z_SH: tl.constexpr,  # z's
     HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, BLOCK_O: tl.constexpr, CHUNK: tl.constexpr,
     NUM_FIELDS: tl.constexpr, F_ROW0: tl.constexpr, F_LENGTH: tl.constexpr, F_TAIL: tl.constexpr,
     DOT_OUT: tl.constexpr,
+    NORM: tl.constexpr,  # out = gated_rms_norm(o, z, norm_w, eps) instead of o
 ):
     """One chunk's outputs for one value head and BLOCK_O value columns: out = qe S + attn v_new, at the
-    item's own rows (tail rows are the ancestors': they wrote them themselves)."""
+    item's own rows (tail rows are the ancestors': they wrote them themselves). With NORM, one program
+    computes all Dv columns of its head (one or two blocks of BLOCK_O), rounds o to out's dtype as it is
+    stored without NORM, and writes Qwen3_5RMSNormGated(o) * silu(z) computed as gated_rms_norm_kernel does
+    (pointwise.sum_squares over the blocks, then pointwise.gated_norm): the same bits as the two launches."""
+    BLOCKS: tl.constexpr = DV // BLOCK_O
     slot = tl.program_id(1)
-    hv = tl.program_id(0) // (DV // BLOCK_O)
+    if NORM:
+        tl.static_assert(BLOCKS <= 2)
+        hv = tl.program_id(0)
+        block = 0
+    else:
+        hv = tl.program_id(0) // BLOCKS
+        block = tl.program_id(0) % BLOCKS
     item = tl.load(chunks_ptr + slot * 2)
     if item < 0:
         return
@@ -367,19 +397,41 @@ def gdn_out_kernel(
 
     offs_c = tl.arange(0, CHUNK)
     offs_k = tl.arange(0, DK)
-    offs_v = (tl.program_id(0) % (DV // BLOCK_O)) * BLOCK_O + tl.arange(0, BLOCK_O)
+    offs_v = block * BLOCK_O + tl.arange(0, BLOCK_O)
     at = slot.to(tl.int64) * HV + hv
-    state = tl.load(states_ptr + at * (DK * DV) + offs_k[:, None] * DV + offs_v[None, :])
-    o = tl.dot(tl.load(qe_ptr + at * (CHUNK * DK) + offs_c[:, None] * DK + offs_k[None, :]), state,
-               input_precision=DOT_OUT)
-    attn = tl.load(attn_ptr + at * (CHUNK * CHUNK) + offs_c[:, None] * CHUNK + offs_c[None, :])
-    o = tl.dot(attn, tl.load(u_ptr + at * (CHUNK * DV) + offs_c[:, None] * DV + offs_v[None, :]), o,
-               input_precision=DOT_OUT)
+    o = _out_block(qe_ptr, attn_ptr, u_ptr, states_ptr, at, offs_c, offs_k, offs_v, DK, DV, CHUNK, DOT_OUT)
     pos = c * CHUNK + offs_c
     own = (pos < total) & (pos >= n_tail)
     row = (row0 + pos - n_tail).to(tl.int64)
-    tl.store(out_ptr + row[:, None] * O_ST + hv * O_SH + offs_v[None, :], o.to(out_ptr.dtype.element_ty),
-             mask=own[:, None])
+    out_at = out_ptr + row[:, None] * O_ST + hv * O_SH
+    dtype: tl.constexpr = out_ptr.dtype.element_ty
+    if NORM:
+        z_at = z_ptr + row[:, None] * Z_ST + hv * Z_SH
+        o = o.to(dtype).to(tl.float32)  # the values the unfused kernel stores and the norm loads
+        if BLOCKS == 1:
+            ss = sum_squares(o, BLOCK_O)
+        else:  # the second block's o before either is written: the norm needs every column's square
+            offs_v1 = BLOCK_O + offs_v
+            o1 = _out_block(qe_ptr, attn_ptr, u_ptr, states_ptr, at, offs_c, offs_k, offs_v1, DK, DV, CHUNK,
+                            DOT_OUT).to(dtype).to(tl.float32)
+            ss = sum_squares(o, BLOCK_O) + sum_squares(o1, BLOCK_O)
+            z = tl.load(z_at + offs_v1[None, :], mask=own[:, None], other=0.0).to(tl.float32)
+            w = tl.load(norm_w_ptr + offs_v1).to(tl.float32)
+            tl.store(out_at + offs_v1[None, :], gated_norm(o1, ss, z, w, eps, DV, dtype).to(dtype),
+                     mask=own[:, None])
+        z = tl.load(z_at + offs_v[None, :], mask=own[:, None], other=0.0).to(tl.float32)
+        w = tl.load(norm_w_ptr + offs_v).to(tl.float32)
+        o = gated_norm(o, ss, z, w, eps, DV, dtype)
+    tl.store(out_at + offs_v[None, :], o.to(dtype), mask=own[:, None])
+
+
+@dataclass(frozen=True, slots=True)
+class GdnNorm:
+    """The gated RMS norm fused into the output kernel: z's and the weight's dtypes, z's row and head strides."""
+
+    z_dtype: torch.dtype
+    weight_dtype: torch.dtype
+    z_strides: tuple[int, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -396,6 +448,7 @@ class GdnSpec:
     value_dim: int
     fused_gate: bool
     strides: tuple[tuple[int, int], ...]  # (row, head) strides in elements of q, k, v, g, beta, out
+    norm: GdnNorm | None = None  # the output kernel applies the layer's gated RMS norm (gdn_out_kernel NORM)
 
     @property
     def tiles(self) -> GdnTiles:
@@ -446,13 +499,19 @@ class GdnSpec:
 
     def out_signature(self) -> dict[str, str]:
         sig = self._work(ChunkWork.OUT_PARTS)
-        sig |= {"out_ptr": "*" + _DTYPES[self.out_dtype], "items_ptr": "*i32", "chunks_ptr": "*i32"}
+        out = "*" + _DTYPES[self.out_dtype]
+        sig |= {"out_ptr": out, "items_ptr": "*i32", "chunks_ptr": "*i32"}
+        norm = self.norm  # without a norm, out fills the z and weight slots (never read)
+        sig |= {"z_ptr": "*" + _DTYPES[norm.z_dtype] if norm else out,
+                "norm_w_ptr": "*" + _DTYPES[norm.weight_dtype] if norm else out, "eps": "fp32"}
         return sig | {name: "constexpr" for name in self.out_constexprs()}
 
-    def out_constexprs(self) -> dict[str, int | str]:
+    def out_constexprs(self) -> dict[str, int | str | bool]:
         o_st, o_sh = self.strides[-1]
-        return {"O_ST": o_st, "O_SH": o_sh, "HV": self.num_v_heads, "DK": self.key_dim, "DV": self.value_dim,
-                "BLOCK_O": self.tiles.block_o, "CHUNK": CHUNK, **self._fields(), "DOT_OUT": self.tiles.out_dot}
+        z_st, z_sh = self.norm.z_strides if self.norm else (0, 0)
+        return {"O_ST": o_st, "O_SH": o_sh, "Z_ST": z_st, "Z_SH": z_sh, "HV": self.num_v_heads, "DK": self.key_dim,
+                "DV": self.value_dim, "BLOCK_O": self.tiles.block_o, "CHUNK": CHUNK, **self._fields(),
+                "DOT_OUT": self.tiles.out_dot, "NORM": self.norm is not None}
 
     # Heads (and value blocks) are the grid's first axis, work slots its second: blocks are dispatched first
     # axis fastest, so a stream's few live slots (they come first) start in the first wave, and the padding
@@ -464,12 +523,16 @@ class GdnSpec:
         return (self.num_v_heads * (self.value_dim // self.tiles.block_v), per_level)
 
     def out_grid(self, num_chunks: int) -> tuple[int, int]:
-        return (self.num_v_heads * (self.value_dim // self.tiles.block_o), num_chunks)
+        """With the norm, a program holds every value column of its head (the norm reduces over them)."""
+        blocks = 1 if self.norm else self.value_dim // self.tiles.block_o
+        return (self.num_v_heads * blocks, num_chunks)
 
     def calls(self, num_chunks: int, levels: int, per_level: int, q, k, v, g, beta, a_log, dt_bias, items,
-              tails, chunks, work: ChunkWork, out, slots) -> list[GdnCall]:
+              tails, chunks, work: ChunkWork, out, slots, z=None, norm_weight=None, eps: float = 0.0
+              ) -> list[GdnCall]:
         """The launches of one layer in order: the prep over every chunk slot, one state walk per tree level
-        (roots first), then the outputs of every chunk slot. Arguments are tensors (or stand-ins for them)."""
+        (roots first), then the outputs of every chunk slot (with the spec's norm: normed by z, norm_weight
+        and eps). Arguments are tensors (or stand-ins for them)."""
         t = self.tiles
         prep = GdnCall(gdn_prep_kernel, self.prep_grid(num_chunks),
                        (q, k, v, g, beta, a_log, dt_bias, items, tails, chunks, *work.parts(ChunkWork.PREP_PARTS),
@@ -478,9 +541,11 @@ class GdnSpec:
                          (*work.parts(ChunkWork.STATE_PARTS), items, slots, level * per_level),
                          self.state_signature(), self.state_constexprs(), t.state_warps, t.state_stages)
                  for level in range(levels)]
+        if self.norm is None:
+            z = norm_weight = out
         outs = GdnCall(gdn_out_kernel, self.out_grid(num_chunks),
-                       (*work.parts(ChunkWork.OUT_PARTS), out, items, chunks), self.out_signature(),
-                       self.out_constexprs(), t.out_warps)
+                       (*work.parts(ChunkWork.OUT_PARTS), out, items, chunks, z, norm_weight, float(eps)),
+                       self.out_signature(), self.out_constexprs(), t.out_warps)
         return [prep, *walks, outs]
 
 
@@ -539,8 +604,10 @@ class ChunkWork:
 
 
 def gdn_spec(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
-             out: torch.Tensor, fused_gate: bool) -> GdnSpec:
-    """The spec of a launch on these tensors (checking what the kernels assume of them)."""
+             out: torch.Tensor, fused_gate: bool, z: torch.Tensor | None = None,
+             norm_weight: torch.Tensor | None = None) -> GdnSpec:
+    """The spec of a launch on these tensors (checking what the kernels assume of them); with z and
+    norm_weight, the outputs are normed by the gated RMS norm."""
     hk, dk = k.shape[1:]
     hv, dv = v.shape[1:]
     if dk not in KEY_DIMS or dv not in TILES:
@@ -554,9 +621,20 @@ def gdn_spec(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
         raise ValueError(f"g and beta must be [T, {hv}] of one dtype with contiguous heads")
     if not fused_gate and g.dtype != torch.float32:
         raise ValueError("g and beta are fp32 (pass a_log and dt_bias to fuse the gate on raw projections)")
+    norm = None
+    if (z is None) != (norm_weight is None):
+        raise ValueError("to fuse the gated norm pass both z and its weight")
+    if z is not None:
+        if z.shape != v.shape or z.stride(2) != 1 or norm_weight.shape != (dv,) or norm_weight.stride(0) != 1:
+            raise ValueError(f"the gated norm needs z like v {tuple(v.shape)} with a contiguous head dim and a "
+                             f"contiguous weight [{dv}], got z {tuple(z.shape)} and weight "
+                             f"{tuple(norm_weight.shape)}")
+        if dv // TILES[dv].block_o > 2:
+            raise ValueError(f"head dim {dv}: the fused norm holds at most two output blocks a program")
+        norm = GdnNorm(z.dtype, norm_weight.dtype, (z.stride(0), z.stride(1)))
     strides = tuple((t.stride(0), t.stride(1)) for t in (q, k, v, g, beta, out))
     return GdnSpec(dtype=q.dtype, gate_dtype=g.dtype, out_dtype=out.dtype, num_k_heads=hk, num_v_heads=hv,
-                   key_dim=dk, value_dim=dv, fused_gate=fused_gate, strides=strides)
+                   key_dim=dk, value_dim=dv, fused_gate=fused_gate, strides=strides, norm=norm)
 
 
 def slot_buffer(num_slots: int, num_v_heads: int, key_dim: int, value_dim: int,
@@ -567,12 +645,13 @@ def slot_buffer(num_slots: int, num_v_heads: int, key_dim: int, value_dim: int,
 
 def launch_all(spec: GdnSpec, tables: GdnTables, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                g: torch.Tensor, beta: torch.Tensor, a_log: torch.Tensor, dt_bias: torch.Tensor,
-               out: torch.Tensor, work: ChunkWork, slots: torch.Tensor) -> None:
-    """A layer's launches (GdnSpec.calls), eagerly."""
+               out: torch.Tensor, work: ChunkWork, slots: torch.Tensor,
+               norm: tuple[torch.Tensor, torch.Tensor, float] | None = None) -> None:
+    """A layer's launches (GdnSpec.calls), eagerly; `norm` = (z, weight, eps) of a spec with a norm."""
     device = q.device
     items, tails, chunks = (t.to(device) for t in (tables.items, tables.tails, tables.chunks))
     for call in spec.calls(tables.num_chunks, tables.num_levels, tables.per_level, q, k, v, g, beta, a_log,
-                           dt_bias, items, tails, chunks, work, out, slots):
+                           dt_bias, items, tails, chunks, work, out, slots, *(norm or ())):
         eager.launch(call.kernel, call.grid, *call.args, device=device, num_warps=call.num_warps,
                      num_stages=call.num_stages, **call.constexprs)
 
@@ -580,27 +659,28 @@ def launch_all(spec: GdnSpec, tables: GdnTables, q: torch.Tensor, k: torch.Tenso
 def fork_gdn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
              meta: StreamMeta, a_log: torch.Tensor | None = None, dt_bias: torch.Tensor | None = None,
              out: torch.Tensor | None = None, slots: torch.Tensor | None = None, levels: int | None = None,
-             per_level: int | None = None, num_slots: int | None = None, num_chunks: int | None = None
-             ) -> torch.Tensor:
+             per_level: int | None = None, num_slots: int | None = None, num_chunks: int | None = None,
+             norm: tuple[torch.Tensor, torch.Tensor, float] | None = None) -> torch.Tensor:
     """Run the kernels eagerly (JIT on CUDA, interpreter on CPU), tables padded to a bucket's sizes if given.
 
     With `a_log` and `dt_bias`, g and beta are the raw projections a and b and the prep kernel computes
     g = -exp(A_log) * softplus(a + dt_bias) and beta = sigmoid(b) itself. `out` defaults to a NaN-filled
     tensor, so rows the kernels do not write stay NaN; `slots` (see `slot_buffer`) receives the states at
-    the chunk boundaries deeper segments start from, in the slots of tables.state_slots.
+    the chunk boundaries deeper segments start from, in the slots of tables.state_slots. With `norm` = (z,
+    weight, eps) the output is gated_rms_norm(out, z, weight, eps), computed in the output kernel.
     """
     fused = a_log is not None
     if fused != (dt_bias is not None) or (fused and {a_log.dtype, dt_bias.dtype} != {g.dtype}):
         raise ValueError("to fuse the gate pass both a_log and dt_bias, in the dtype of the projections a, b")
     if out is None:
         out = torch.full(v.shape, float("nan"), dtype=v.dtype, device=v.device)
-    spec = gdn_spec(q, k, v, g, beta, out, fused)
+    spec = gdn_spec(q, k, v, g, beta, out, fused, *(norm[:2] if norm else ()))
     tables = gdn_tables(meta, levels, per_level, num_slots, num_chunks)
     if slots is None:
         slots = slot_buffer(tables.num_slots, spec.num_v_heads, spec.key_dim, spec.value_dim, q.device)
     work = ChunkWork.empty(tables.num_chunks, spec, q.device)
     if fused:
-        launch_all(spec, tables, q, k, v, g, beta, a_log, dt_bias, out, work, slots)
+        launch_all(spec, tables, q, k, v, g, beta, a_log, dt_bias, out, work, slots, norm)
     else:
-        launch_all(spec, tables, q, k, v, g, beta, g, g, out, work, slots)  # a_log, dt_bias unread
+        launch_all(spec, tables, q, k, v, g, beta, g, g, out, work, slots, norm)  # a_log, dt_bias unread
     return out

@@ -93,10 +93,59 @@ def add_rms_norm_kernel(x_ptr, y_ptr, w_ptr, sum_ptr, out_ptr, n_rows, eps, X_ST
 
 
 @triton.jit
+def _add_pairs(s, N: tl.constexpr):
+    """s [R, N] -> [R, N // 2]: the sums of adjacent columns 2j and 2j + 1 (a reduction of two values has
+    one result in any order: a + b == b + a)."""
+    return tl.sum(tl.reshape(s, [s.shape[0], N // 2, 2]), 2)
+
+
+@triton.jit
+def sum_squares(x, N: tl.constexpr):
+    """The sums of squares of the rows of x [R, N] (fp32, N a power of 2 from 2 to 256) [R], in one order
+    whatever the layout the compiler gives x: a pairwise tree over adjacent columns, level by level.
+    tl.sum's order follows its operand's layout (a loaded tile's and a tl.dot result's differ), so two kernels
+    holding the same rows in different layouts would round differently; this tree gives them the same bits,
+    and on a [R, 2M] tile the same bits as the sum of its two [R, M] halves' trees (gdn_out_kernel's fused
+    norm over two value blocks). The squares pass a select first (x itself where the square is NaN, so NaN
+    still propagates), so the compiler cannot contract a square into the add that takes it: that would be
+    an fma where the pair is in one thread and two roundings where it is not."""
+    tl.static_assert(N >= 2)
+    tl.static_assert(N <= 256)
+    s = x * x
+    s = _add_pairs(tl.where(s == s, s, x), N)  # noqa: PLR0124 (s == s is false for NaN)
+    if N >= 4:
+        s = _add_pairs(s, N // 2)
+    if N >= 8:
+        s = _add_pairs(s, N // 4)
+    if N >= 16:
+        s = _add_pairs(s, N // 8)
+    if N >= 32:
+        s = _add_pairs(s, N // 16)
+    if N >= 64:
+        s = _add_pairs(s, N // 32)
+    if N >= 128:
+        s = _add_pairs(s, N // 64)
+    if N >= 256:
+        s = _add_pairs(s, N // 128)
+    return tl.reshape(s, [x.shape[0]])
+
+
+@triton.jit
+def gated_norm(h, ss, z, w, eps, D: tl.constexpr, DTYPE: tl.constexpr):
+    """Qwen3_5RMSNormGated of rows h [R, N] (fp32 values of x in DTYPE) whose D entries' squares sum to ss
+    [R] (sum_squares), with z [R, N] and the weight w [N] in fp32: w * norm(x) (plain weight, the normed x
+    rounded to DTYPE first) * silu(z), fp32. Elementwise given ss: a row split into column blocks gives the
+    same bits block by block."""
+    h = (h * (1.0 / tl.sqrt(ss / D + eps))[:, None]).to(DTYPE).to(tl.float32)
+    return w[None, :] * h * (z / (1.0 + tl.exp(-z)))
+
+
+@triton.jit
 def gated_rms_norm_kernel(x_ptr, z_ptr, w_ptr, out_ptr, n_rows, eps, INNER: tl.constexpr, X_S0: tl.constexpr,
                           X_S1: tl.constexpr, Z_S0: tl.constexpr, Z_S1: tl.constexpr, O_S0: tl.constexpr,
                           O_S1: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr):
-    """Qwen3_5RMSNormGated: w * norm(x) (plain weight, rounded to x's dtype first) * silu(z)."""
+    """Qwen3_5RMSNormGated: w * norm(x) (plain weight, rounded to x's dtype first) * silu(z). Padding
+    columns load zeros, which add exact zeros to the sum of squares."""
     r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     d = tl.arange(0, BLOCK_D)
     mask = (r[:, None] < n_rows) & (d[None, :] < D)
@@ -104,8 +153,7 @@ def gated_rms_norm_kernel(x_ptr, z_ptr, w_ptr, out_ptr, n_rows, eps, INNER: tl.c
     z = tl.load(z_ptr + _rows(r, INNER, Z_S0, Z_S1)[:, None] + d[None, :], mask=mask, other=0.0).to(tl.float32)
     w = tl.load(w_ptr + d, mask=d < D, other=0.0).to(tl.float32)
     h = x.to(tl.float32)
-    h = (h * (1.0 / tl.sqrt(tl.sum(h * h, 1) / D + eps))[:, None]).to(x.dtype).to(tl.float32)
-    out = w[None, :] * h * (z / (1.0 + tl.exp(-z)))
+    out = gated_norm(h, sum_squares(h, BLOCK_D), z, w, eps, D, x.dtype)
     tl.store(out_ptr + _rows(r, INNER, O_S0, O_S1)[:, None] + d[None, :], out.to(out_ptr.dtype.element_ty),
              mask=mask)
 

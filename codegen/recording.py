@@ -247,19 +247,26 @@ def _gdn_gated(ctx: EmitContext, out: torch.Tensor, q: torch.Tensor, k: torch.Te
     return _gdn_calls(ctx, out, q, k, v, a, b, a_log, dt_bias)
 
 
+def _gdn_normed(ctx: EmitContext, out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                a: torch.Tensor, b: torch.Tensor, a_log: torch.Tensor, dt_bias: torch.Tensor, z: torch.Tensor,
+                weight: torch.Tensor, eps: float, segments: torch.Tensor) -> list[KernelCall]:
+    return _gdn_calls(ctx, out, q, k, v, a, b, a_log, dt_bias, (z, weight, eps))
+
+
 def _gdn_calls(ctx: EmitContext, out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-               g: torch.Tensor, beta: torch.Tensor, a_log: torch.Tensor | None, dt_bias: torch.Tensor | None
-               ) -> list[KernelCall]:
+               g: torch.Tensor, beta: torch.Tensor, a_log: torch.Tensor | None, dt_bias: torch.Tensor | None,
+               norm: tuple[torch.Tensor, torch.Tensor, float] | None = None) -> list[KernelCall]:
     """The layer's launches (gdn.GdnSpec.calls): the prep over `tables.max_chunks(rows, segments)` chunk
     slots, one state walk per tree level (bucket.depth), each over `per_level = bucket.segments` work items
     (the Bucket bounds only the total segment count, and one level may hold all of them: packed roots), then
-    the outputs of every chunk slot. The chunk work and the state slots (one per bucket segment,
-    tables.state_slots numbers them) are scratch shared by every GDN layer: a layer's prep writes every chunk
-    slot its walks read, each walk writes a slot at a level before any deeper level reads it, and the
-    outputs read only what this layer's prep and walks wrote."""
+    the outputs of every chunk slot (with `norm` = (z, weight, eps), normed by the gated RMS norm). The chunk
+    work and the state slots (one per bucket segment, tables.state_slots numbers them) are scratch shared by
+    every GDN layer: a layer's prep writes every chunk slot its walks read, each walk writes a slot at a
+    level before any deeper level reads it, and the outputs read only what this layer's prep and walks
+    wrote."""
     b = ctx.bucket
     fused = a_log is not None  # g and beta are the raw projections a and b: the prep computes the gates
-    spec = gdn.gdn_spec(q, k, v, g, beta, out, fused_gate=fused)
+    spec = gdn.gdn_spec(q, k, v, g, beta, out, fused, *(norm[:2] if norm else ()))
     per_level, chunks = b.segments, tables.max_chunks(b.rows, b.segments)
     capacity = f"per_level={per_level},slots={b.segments},chunks={chunks}"
     items = ctx.table("gdn_items", (b.depth * per_level, len(tables.ITEM_FIELDS)), torch.int32,
@@ -276,7 +283,7 @@ def _gdn_calls(ctx: EmitContext, out: torch.Tensor, q: torch.Tensor, k: torch.Te
         a_log = dt_bias = g
     return [KernelCall(c.kernel, c.grid, c.args, c.signature, c.constexprs, c.num_warps, c.num_stages)
             for c in spec.calls(chunks, b.depth, per_level, q, k, v, g, beta, a_log, dt_bias, items, tails,
-                                chunk_table, work, out, slots)]
+                                chunk_table, work, out, slots, *(norm or ()))]
 
 
 def _pw(fn: Callable[..., KernelCall]) -> Emitter:
@@ -289,6 +296,7 @@ register_emitter("linear_silu_mul", _gemm_silu_mul, (gemm.gemm_silu_mul_kernel,)
 register_emitter("fork_conv_static", _conv, (conv.fork_conv_kernel,))
 register_emitter("fork_gdn_static", _gdn, (gdn.gdn_prep_kernel, gdn.gdn_state_kernel, gdn.gdn_out_kernel))
 register_emitter("fork_gdn_gated", _gdn_gated, ())
+register_emitter("fork_gdn_normed", _gdn_normed, ())
 register_emitter("fork_attention_gated", _attention, (attention.fork_attention_kernel,))
 register_emitter("rms_norm", _pw(lambda out, x, w, eps: pointwise.emit_rms_norm(x, w, out, eps)),
                  (pointwise.rms_norm_kernel,))
@@ -337,6 +345,7 @@ OUTPUTS: dict[str, Callable[..., Any]] = {  # leaf op -> its output(s) on the me
     "fork_conv_static": lambda x, w, prev: _like(x),
     "fork_gdn_static": lambda q, k, v, g, beta, s: _like(v, q.dtype),
     "fork_gdn_gated": lambda q, k, v, a, b, a_log, dt_bias, s: _like(v, q.dtype),
+    "fork_gdn_normed": lambda q, k, v, a, b, a_log, dt_bias, z, w, eps, s: _like(v, q.dtype),
     "fork_attention_gated": lambda q, k, v, gate, s: _like(q, shape=(q.shape[0], q.shape[1] * q.shape[2])),
 }
 

@@ -1,7 +1,7 @@
 """The model-graph IR level ("fx"): torch.fx GraphModules of flidec.models.qwen3_5, and the ops passes put in.
 
 Consumes a GraphModule traced from Qwen35 (`forward(tokens, meta)`); the graph passes (lower_forks,
-label_head, trim_reads, fuse_pointwise, group_linears) rewrite it with the ops below, each a torch.fx leaf
+label_head, trim_reads, fuse_pointwise, group_linears, fuse_gdn_norm) rewrite it with the ops below, each a torch.fx leaf
 function whose body is its plain-torch reference, composed from runtime/reference/ops.py, so the reference
 executor runs every stage of the pipeline. After lower_forks the graph reads no StreamMeta object: it takes
 `forward(tokens, tables)`, `tables` mapping the static meta buffer names (META_BUFFERS) to tensors sized by
@@ -67,6 +67,14 @@ def fork_gdn_gated(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch.T
     return fork_gdn_static(q, k, v, ops.gdn_decay(a, a_log, dt_bias), ops.gdn_beta(b), segments)
 
 
+def fork_gdn_normed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
+                    a_log: torch.Tensor, dt_bias: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, eps: float,
+                    segments: torch.Tensor) -> torch.Tensor:
+    """fork_gdn_gated followed by the layer's gated RMS norm with z [T, Hv, Dv]: the norm applied by the
+    Gated DeltaNet's output kernel instead of a launch of its own."""
+    return ops.gated_rms_norm(fork_gdn_gated(q, k, v, a, b, a_log, dt_bias, segments), z, weight, eps)
+
+
 def gather_rows(x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
     """x[rows]: a copy, exact."""
     return x[rows]
@@ -107,8 +115,8 @@ def rms_norm_f32(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Ten
 
 
 GRAPH_OPS: tuple[Callable, ...] = (
-    fork_conv_static, fork_attention_static, fork_attention_gated, fork_gdn_static, fork_gdn_gated, gather_rows,
-    label_head, linear_group, linear_silu_mul, silu_mul, add_rms_norm, rms_norm_f32,
+    fork_conv_static, fork_attention_static, fork_attention_gated, fork_gdn_static, fork_gdn_gated, fork_gdn_normed,
+    gather_rows, label_head, linear_group, linear_silu_mul, silu_mul, add_rms_norm, rms_norm_f32,
 )
 for _fn in GRAPH_OPS:
     torch.fx.wrap(_fn.__name__)

@@ -17,6 +17,7 @@ from flidec.passes import (  # noqa: F401 (registers them)
     bucket_topologies,
     dedup_prefixes,
     fold_prompt_text,
+    fuse_gdn_norm,
     fuse_pointwise,
     group_linears,
     label_head,
@@ -42,6 +43,7 @@ GRAPH_PIPELINE = (
     "trim_reads",  # fx -> fx: the last MLP, final norm and head run at the read rows only
     "fuse_pointwise",  # fx -> fx: norms, gates, SiLU products and residual adds fused
     "group_linears",  # fx -> fx: projections of one input in one launch
+    "fuse_gdn_norm",  # fx -> fx: the Gated DeltaNet's gated RMS norm in its output kernel
 )
 
 

@@ -121,11 +121,11 @@ def test_incomplete_artifact_is_refused(gpu_artifacts, tmp_path) -> None:
 
 def test_sm90_compile_refuses_an_op_without_kernel(tiny_checkpoint, tmp_path, capsys, monkeypatch) -> None:
     # fails in the recording, before any kernel is compiled: safe in this interpreting process
-    monkeypatch.delitem(recording.EMITTERS, "fork_gdn_gated")
+    monkeypatch.delitem(recording.EMITTERS, "fork_gdn_normed")
     assert main(["compile", str(EXAMPLES / "classifier.flide"), "--model", str(tiny_checkpoint), "--target",
                  "sm_90", "-o", str(tmp_path / "out")]) == 1
     err = capsys.readouterr().err
-    assert err == "flidec: error: tree ticket, bucket r256: no kernel for fork_gdn_gated\n"
+    assert err == "flidec: error: tree ticket, bucket r256: no kernel for fork_gdn_normed\n"
 
 
 @pytest.fixture

@@ -190,6 +190,41 @@ def test_fork_gdn_fused_gate_is_exact(device) -> None:
         assert torch.equal(out[path_rows(stream.meta, leaf).to(device)], want)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dv", [16, 128])  # one output block a head (16), two blocks of 64 (128)
+def test_fork_gdn_fused_norm_is_exact(dtype, dv, device) -> None:
+    """The output kernel with the gated RMS norm fused equals the unfused launches (the output kernel, then
+    gated_rms_norm_kernel) bit for bit at every segment row, z read through a strided view as the z
+    projection is; padding rows stay unwritten."""
+    from flidec.codegen import eager, pointwise
+
+    nodes = forest(SHAPE_OFF_64[:7])
+    stream = pack_forest(nodes, gap=2)
+    hv = 2
+    table = token_table(nodes, hk=1, hv=hv, dk=16, dv=dv, dtype=dtype, raw_gate=True, seed=3)
+    gen = torch.Generator().manual_seed(4)
+    rows = stream.tokens.shape[0]
+    z = torch.randn(rows, 2 * hv * dv, generator=gen).to(dtype)[:, hv * dv:].view(rows, hv, dv).to(device)
+    weight = (1 + 0.5 * torch.randn(dv, generator=gen)).to(dtype).to(device)
+    gate = {"a_log": torch.tensor([0.2, -0.4], dtype=dtype, device=device),
+            "dt_bias": torch.tensor([-0.5, 0.3], dtype=dtype, device=device)}
+    args = lookup(table, stream.tokens, QKVAB, device)
+    o = fork_gdn(*args, stream.meta, **gate)
+    want = torch.full_like(o, float("nan"))
+    call = pointwise.emit_gated_rms_norm(o, z, weight, want, 1e-6)
+    eager.launch(call.kernel, call.grid, *call.args, device=device, **call.constexprs)
+    got = fork_gdn(*args, stream.meta, **gate, norm=(z, weight, 1e-6))
+    seg = segment_rows(stream.meta).to(device)
+    assert not got[seg].isnan().any() and got[~seg].isnan().all()
+    assert torch.equal(got[seg], want[seg])
+    clean = [torch.nan_to_num(x) for x in lookup(table, stream.tokens, QKVAB, torch.device("cpu"))]
+    q, k, v, a, b = clean
+    ref = ops.fork_gdn(q, k, v, ops.gdn_decay(a, gate["a_log"].cpu(), gate["dt_bias"].cpu()), ops.gdn_beta(b),
+                       stream.meta)
+    ref = ops.gated_rms_norm(ref.to(dtype), z.cpu(), weight.cpu(), 1e-6)
+    assert_close(got.cpu()[seg.cpu()], ref[seg.cpu()], dtype)
+
+
 def test_fork_gdn_refuses_unsupported_shapes() -> None:
     meta = pack_forest(forest([(-1, 4)])).meta
     q, k = torch.zeros(4, 2, 16), torch.zeros(4, 2, 16)

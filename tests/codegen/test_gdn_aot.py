@@ -1,4 +1,5 @@
-"""AOT compilation for sm_90 of the forked Gated DeltaNet (prep, plain and fused gate, state walk, outputs) and fork conv kernels at
+"""AOT compilation for sm_90 of the forked Gated DeltaNet (prep, plain and fused gate, state walk, outputs
+plain and with the gated norm) and fork conv kernels at
 Qwen3.5-0.8B shapes: they build through codegen/aot.compile_kernel (which refuses what the runtime cannot
 launch), their records carry what a launcher needs, and their resource usage is printed for the report.
 
@@ -19,15 +20,16 @@ from flidec.codegen import aot
 from flidec.runtime.launch import read_kernel
 
 # 0.8B linear attention: 16 key and 16 value heads of 128, q/k/v read in place from the conv output
-# [T, 2 * 16 * 128 + 16 * 128]; g and beta fp32 [T, 16] (fused: the projections a, b in bf16).
+# [T, 2 * 16 * 128 + 16 * 128]; g and beta fp32 [T, 16] (fused: the projections a, b in bf16); the gated norm's
+# z a [T, 16 * 128] projection.
 BUILD = '''
-import json, subprocess, sys, time
+import dataclasses, json, subprocess, sys, time
 from pathlib import Path
 import torch
 import triton
 from flidec.codegen import aot
 from flidec.codegen.conv import ConvSpec, fork_conv_kernel
-from flidec.codegen.gdn import GdnSpec, gdn_out_kernel, gdn_prep_kernel, gdn_state_kernel
+from flidec.codegen.gdn import GdnNorm, GdnSpec, gdn_out_kernel, gdn_prep_kernel, gdn_state_kernel
 
 out = Path(sys.argv[1])
 h, d = 16, 128
@@ -35,12 +37,14 @@ conv_dim = 3 * h * d
 strides = ((conv_dim, d), (conv_dim, d), (conv_dim, d), (h, 1), (h, 1), (h * d, d))
 gdn = GdnSpec(torch.bfloat16, torch.float32, torch.bfloat16, h, h, d, d, False, strides)
 fused = GdnSpec(torch.bfloat16, torch.bfloat16, torch.bfloat16, h, h, d, d, True, strides)
+normed = dataclasses.replace(gdn, norm=GdnNorm(torch.bfloat16, torch.bfloat16, (h * d, d)))
 conv = ConvSpec(torch.bfloat16, torch.bfloat16, conv_dim, (conv_dim, 4, conv_dim))
 specs = {
     "gdn_prep": (gdn_prep_kernel, gdn.prep_signature(), gdn.prep_constexprs(), gdn.tiles.prep_warps),
     "gdn_prep_fused": (gdn_prep_kernel, fused.prep_signature(), fused.prep_constexprs(), fused.tiles.prep_warps),
     "gdn_state": (gdn_state_kernel, gdn.state_signature(), gdn.state_constexprs(), gdn.tiles.state_warps),
     "gdn_out": (gdn_out_kernel, gdn.out_signature(), gdn.out_constexprs(), gdn.tiles.out_warps),
+    "gdn_out_norm": (gdn_out_kernel, normed.out_signature(), normed.out_constexprs(), normed.tiles.out_warps),
     "conv": (fork_conv_kernel, conv.signature(), conv.constexprs(), conv.tiles.num_warps),
 }
 cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
@@ -74,12 +78,13 @@ def built(tmp_path_factory) -> tuple[Path, dict]:
     return work / "kernels", report
 
 
-@pytest.mark.parametrize("name", ["gdn_prep", "gdn_prep_fused", "gdn_state", "gdn_out", "conv"])
+@pytest.mark.parametrize("name", ["gdn_prep", "gdn_prep_fused", "gdn_state", "gdn_out", "gdn_out_norm", "conv"])
 def test_gdn_and_conv_kernels_compile_for_sm90(built, name) -> None:
     directory, report = built
     k = read_kernel(directory, report[name]["digest"])
     signature = report[name]["signature"]
-    kernels = {"conv": "fork_conv_kernel", "gdn_state": "gdn_state_kernel", "gdn_out": "gdn_out_kernel"}
+    kernels = {"conv": "fork_conv_kernel", "gdn_state": "gdn_state_kernel", "gdn_out": "gdn_out_kernel",
+               "gdn_out_norm": "gdn_out_kernel"}
     assert k.name == kernels.get(name, "gdn_prep_kernel")
     assert k.cubin[:4] == b"\x7fELF"
     assert dict(k.params) == {n: t for n, t in signature.items() if t != "constexpr"}

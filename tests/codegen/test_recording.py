@@ -62,14 +62,14 @@ def test_recording_is_complete_and_round_trips(model) -> None:
 
 def test_gdn_launches_a_prep_one_state_walk_per_level_then_the_outputs_on_the_bucket_tables(model) -> None:
     _, rec, _ = model
-    gdn = [s for s in rec.steps if s.op == "fork_gdn_gated"]  # the gates computed in the prep
+    gdn = [s for s in rec.steps if s.op == "fork_gdn_normed"]  # gates computed in the prep, norm in the outputs
     per_layer = 2 + BUCKET.depth
     assert len(gdn) == 3 * per_layer  # three GDN layers
     preps, outs = gdn[::per_layer], gdn[per_layer - 1 :: per_layer]
     walks = [s for i, s in enumerate(gdn) if 0 < i % per_layer < per_layer - 1]
     chunks = BUCKET.rows // 64 + 2 * BUCKET.segments  # tables.max_chunks
     assert {len(s.args) for s in preps} == {17} and {len(s.args) for s in walks} == {8}
-    assert {len(s.args) for s in outs} == {7}
+    assert {len(s.args) for s in outs} == {10}
     assert {s.grid for s in preps} == {(4, chunks)} and {s.grid for s in outs} == {(4, chunks)}  # Dv 16: one block
     assert [s.args[7].value for s in walks] == [lvl * BUCKET.segments for lvl in range(BUCKET.depth)] * 3
     assert {s.grid[1] for s in walks} == {BUCKET.segments}
@@ -100,11 +100,11 @@ def test_gdn_launches_a_prep_one_state_walk_per_level_then_the_outputs_on_the_bu
 
 def test_a_step_without_kernel_is_named_and_refuses_to_play(model, monkeypatch) -> None:
     traced, _, weights = model
-    monkeypatch.delitem(recording.EMITTERS, "fork_gdn_gated")
+    monkeypatch.delitem(recording.EMITTERS, "fork_gdn_normed")
     rec = recording.record(run(traced, PIPELINE).ir, BUCKET)
-    assert rec.missing == ("fork_gdn_gated",)
+    assert rec.missing == ("fork_gdn_normed",)
     assert json.loads(recording.write_recording(rec))["complete"] is False
-    with pytest.raises(RuntimeError, match="fork_gdn_gated has no kernel"):
+    with pytest.raises(RuntimeError, match="fork_gdn_normed has no kernel"):
         recording.play(rec, *forked(), weights)
 
 
@@ -165,3 +165,16 @@ def test_played_reads_equal_their_plain_passes(model) -> None:
         plain = linear_stream(tokens[rows].tolist(), {len(rows) - 1: read.labels})
         alone = recording.play(rec, plain.tokens, plain.meta, weights)
         assert torch.equal(got[i], alone[0]), f"read {i} differs from its plain pass"
+
+
+def test_gdn_norm_fusion_leaves_the_played_answers_unchanged(model) -> None:
+    """passes/fuse_gdn_norm.py: the label logits played with the gated norm in the Gated DeltaNet's output
+    kernel equal, bit for bit, those played with the norm launched on its own."""
+    traced, rec, weights = model
+    unfused = recording.record(run(traced, [p for p in PIPELINE if p != "fuse_gdn_norm"]).ir, BUCKET)
+    assert [s.op for s in unfused.steps].count("gated_rms_norm") == 3
+    assert "gated_rms_norm" not in [s.op for s in rec.steps]
+    tokens, meta = forked()
+    want = recording.play(unfused, tokens, meta, weights)
+    assert torch.isfinite(want[:, 0]).all()
+    assert torch.equal(recording.play(rec, tokens, meta, weights), want)

@@ -122,3 +122,21 @@ def test_verifier_rejects_a_lowered_graph_reading_meta(traced) -> None:
         bad = g.call_function(ops.rms_norm, (conv, conv, 1e-6))  # used before its argument is defined
     problems = graph.verify(lowered)
     assert len(problems) == 1 and "used before it has been defined" in problems[0] and bad.name in problems[0]
+
+
+def test_gdn_norm_fusion_needs_a_lowered_graph(traced) -> None:
+    with pytest.raises(PassError, match=r"^in pass fuse_gdn_norm \(the first pass\): fuse_gdn_norm needs a "
+                                        r"lowered graph \(run lower_forks first\)$"):
+        run(traced, ["fuse_gdn_norm"])
+
+
+def test_gdn_norm_fusion_keeps_a_gdn_output_with_other_users(traced_fp32) -> None:
+    """A Gated DeltaNet output that something besides its norm reads is kept, and so is the norm."""
+    ir = run(traced_fp32, PIPELINE[: PIPELINE.index("fuse_gdn_norm")]).ir
+    first = next(n for n in ir.graph.nodes if graph.op_name(n) == "fork_gdn_gated")
+    with ir.graph.inserting_after(first):
+        ir.graph.call_function(torch.neg, (first,))
+    fused = run(ir, ["fuse_gdn_norm"]).ir
+    ops = [graph.op_name(n) for n in fused.graph.nodes]
+    assert ops.count("fork_gdn_gated") == 1 and ops.count("gated_rms_norm") == 1
+    assert ops.count("fork_gdn_normed") == 2 and "neg" not in ops  # the extra user was dead: dropped after

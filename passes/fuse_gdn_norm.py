@@ -1,0 +1,48 @@
+"""Gated DeltaNet norm fusion: the layer's gated RMS norm runs in the Gated DeltaNet's output kernel.
+
+Consumes a lowered, fused model graph (fuse_pointwise: the Gated DeltaNet is `fork_gdn_gated`); produces
+the graph with `gated_rms_norm(fork_gdn_gated(q, k, v, a, b, A_log, dt_bias, s), z, w, eps)`, where the
+norm is the Gated DeltaNet's only user, rewritten to `fork_gdn_normed(q, k, v, a, b, A_log, dt_bias, z, w,
+eps, s)` at the norm's place (z and w are defined by then). In Qwen3.5 every linear-attention layer
+matches: 18 norm launches of a 0.8B pass, and o's round trip through memory between the two, go away.
+Numerics: the output kernel rounds o to the model dtype as it stored it and computes the norm with
+gated_rms_norm_kernel's own functions (codegen/pointwise.sum_squares, gated_norm: a reduction order that
+does not depend on the compiler's layouts), so its outputs are torch.equal to the two launches'; the
+reference body is the unfused composition, so the reference executor's answers are torch.equal too.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.fx
+
+from flidec.ir.errors import FlideError
+from flidec.passes.graph import copy_module, finish, fork_gdn_normed, is_lowered, op_name
+from flidec.passes.manager import register
+
+
+@register("fuse_gdn_norm", level_in="fx", level_out="fx")
+def fuse_gdn_norm(gm: torch.fx.GraphModule, ctx: object = None) -> torch.fx.GraphModule:
+    if not is_lowered(gm):
+        raise FlideError("fuse_gdn_norm needs a lowered graph (run lower_forks first)")
+    gm = copy_module(gm)
+    g = gm.graph
+    for n in list(g.nodes):
+        _fuse(g, n)
+    return finish(gm)
+
+
+def _fuse(g: torch.fx.Graph, n: torch.fx.Node) -> None:
+    if op_name(n) != "gated_rms_norm" or n.kwargs or len(n.args) != 4:
+        return
+    gdn, z, weight, eps = n.args
+    if not (isinstance(gdn, torch.fx.Node) and op_name(gdn) == "fork_gdn_gated" and len(gdn.users) == 1
+            and not gdn.kwargs and isinstance(z, torch.fx.Node) and isinstance(weight, torch.fx.Node)
+            and isinstance(eps, float)):
+        return
+    q, k, v, a, b, a_log, dt_bias, segments = gdn.args
+    with g.inserting_before(n):
+        fused = g.call_function(fork_gdn_normed, (q, k, v, a, b, a_log, dt_bias, z, weight, eps, segments))
+    n.replace_all_uses_with(fused)
+    g.erase_node(n)
+    g.erase_node(gdn)
