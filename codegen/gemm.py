@@ -221,8 +221,8 @@ SILU_MUL_POINTERS = ("x_ptr", "wg_ptr", "wu_ptr", "y_ptr")
 
 def silu_mul_spec(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, y: torch.Tensor) -> GemmSpec:
     """gemm_silu_mul_kernel's spec: gemm_kernel's for one projection (signature(SILU_MUL_POINTERS)), both
-    weights alike, on at most 4 stages: a stage holds two weight tiles, and 6 (TILES' first rung) left one
-    program an SM (r192's SwiGLU launches 290 -> 364 us on the H200)."""
+    weights alike, on at most 4 stages: a stage holds two weight tiles, and 6 (TILES' first rung: 144 KiB of
+    shared memory, room for one program an SM) were slower (r192's SwiGLU launches 290 -> 364 us, H200)."""
     spec = gemm_spec(x, w_gate, y)
     if w_up.shape != w_gate.shape or w_up.dtype != w_gate.dtype or w_up.stride() != w_gate.stride():
         raise ValueError(f"gate {tuple(w_gate.shape)} and up {tuple(w_up.shape)} weights differ")
