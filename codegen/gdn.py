@@ -80,10 +80,11 @@ class GdnTiles:
 # Registers (benchmarks/gdn_spills.py, Triton 3.6, sm_90, 0.8B shapes): prep 255 (fused gate 255), walk 204,
 # outputs 182 (255 with the gated norm fused, a program computing both 64-column blocks of its head: 4,008
 # SASS instructions against 1,496; one 128-column block spills 16 bytes at 4 warps), none spilling; before
-# the kernels were reordered, prep and walk used 255 and spilled 632 and 64 bytes a thread. What that took: the prep writes k's and q's outputs before the WY system and
-# computes w and u in 64-column blocks from k and v loaded again, so no [CHUNK, 128] fp32 tile lives across
-# the inverse; ChunkWork tiles are addressed from a scalar base pointer plus constant int32 offsets (folded
-# into the loads' and stores' immediates). Head dims under 128 (tf32x3) still spill in the prep (96 to 176
+# the kernels were reordered, prep and walk used 255 and spilled 632 and 64 bytes a thread. What that took:
+# the prep writes k's and q's outputs before the WY system and computes w and u in 64-column blocks from k
+# and v loaded again, so no [CHUNK, 128] fp32 tile lives across the inverse; ChunkWork tiles are addressed
+# from a scalar base pointer plus constant int32 offsets (folded into the loads' and stores' immediates).
+# Head dims under 128 (tf32x3) still spill in the prep (96 to 176
 # bytes). The walk with state_stages=2 prefetches the next chunk's w and ke planes and u by cp.async
 # (106 registers, 140 KiB of shared memory; the step 544 instructions). Timed on the H200 (gdn_tiles.py,
 # 2026-11-29, the 5,000-token state with 9 branches): walks 0.26 ms, the layer 0.53 ms (0.48 and 0.75 with
