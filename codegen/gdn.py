@@ -106,6 +106,17 @@ TILES: dict[int, GdnTiles] = {
                   out_dot="bf16x3"),
 }
 KEY_DIMS = (16, 32, 64, 128)
+# The walk's grid is sized for the SMs of an H100 SXM or H200 (sm_90's parts with the most), not for the
+# bucket: a level's items are shared among max(1, WALK_SMS // blocks) programs per value-head block (one at
+# 0.8B shapes, 128 blocks), each walking items program_id(1), + num_programs(1), ... up to the first padding
+# item (live items come first). A bucket holds up to `segments` items a level (65 in the systemone
+# artifact), few of them live in most streams, and a walk program holds 208 KiB of shared memory, so an SM
+# runs one at a time: a program per (block, item) made the empty second level of a one-question instance
+# cost ~10 us a launch on the H200 (8,320 programs, 8,192 returning at once). The prep and output kernels
+# keep a program per (head block, chunk slot): at two programs an SM their padding programs cost ~1 us a
+# launch, and a loop over slots kept their loop-invariant masks live (the prep spilled 120 bytes a thread,
+# the normed output 40). Which program walks an item does not change its bits (E3).
+WALK_SMS = 132
 
 _DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 _FIELD = {name: i for i, name in enumerate(ITEM_FIELDS)}
@@ -278,76 +289,86 @@ def gdn_prep_kernel(
 
 
 @triton.jit
+def _item_total(items_ptr, item, live, NUM_FIELDS: tl.constexpr, F_LENGTH: tl.constexpr, F_TAIL: tl.constexpr):
+    """Positions an item walks (tail + length); 0 for a padding item, and where `live` is false."""
+    fields = items_ptr + item * NUM_FIELDS
+    return tl.load(fields + F_TAIL, mask=live, other=0) + tl.load(fields + F_LENGTH, mask=live, other=0)
+
+
+@triton.jit
 def gdn_state_kernel(
     w_ptr, u_ptr, ke_ptr, decay_ptr, states_ptr,  # ChunkWork parts (u becomes v_new)
     items_ptr,  # int32 [items, NUM_FIELDS] (runtime/tables.py)
     slots_ptr,  # fp32 [slots, HV, DK, DV]
     item_base,  # i32: this level's first item
+    level_items,  # i32: this level's items, live ones first (then padding: total 0)
     HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, BLOCK_V: tl.constexpr, CHUNK: tl.constexpr,
     NUM_FIELDS: tl.constexpr, F_LENGTH: tl.constexpr, F_TAIL: tl.constexpr, F_SRC: tl.constexpr,
     F_DST: tl.constexpr, F_FIRST: tl.constexpr,
     DOT: tl.constexpr,  # tl.dot input precision of the products without SPLIT (GdnTiles.dot)
     SPLIT: tl.constexpr,  # w and ke are bf16 hi and lo planes: three explicit bf16 products each (bf16x3)
 ):
-    """The state's walk along one segment for one value head and BLOCK_V value columns, two dependent
-    products per chunk: states[chunk] = S, v_new = u - w S (written over u), S <- decay S + ke^T v_new (full
-    chunks only)."""
-    item = item_base + tl.program_id(1)
+    """The state's walk along segments for one value head and BLOCK_V value columns, two dependent products
+    per chunk: states[chunk] = S, v_new = u - w S (written over u), S <- decay S + ke^T v_new (full chunks
+    only). A program walks its level's items program_id(1), + num_programs(1), ... up to the first padding
+    item (WALK_SMS)."""
     hv = tl.program_id(0) // (DV // BLOCK_V)
-    fields = items_ptr + item * NUM_FIELDS
-    src = tl.load(fields + F_SRC)
-    dst = tl.load(fields + F_DST)
-    first = tl.load(fields + F_FIRST)
-    total = tl.load(fields + F_TAIL) + tl.load(fields + F_LENGTH)
-    if total == 0:  # a padding item (slots -1): a bucket's grid holds a level's few items and many of these
-        return
-    n_full = total // CHUNK
     PLANES: tl.constexpr = 2 if SPLIT else 1
-
     offs_c = tl.arange(0, CHUNK)
     offs_k = tl.arange(0, DK)
     offs_v = (tl.program_id(0) % (DV // BLOCK_V)) * BLOCK_V + tl.arange(0, BLOCK_V)
     state_at = (hv * DK + offs_k[:, None]) * DV + offs_v[None, :]
     slot_size = HV * DK * DV
-    state = tl.load(slots_ptr + tl.maximum(src, 0).to(tl.int64) * slot_size + state_at,
-                    mask=(offs_k[:, None] >= 0) & (src >= 0), other=0.0)
 
-    for c in range(tl.cdiv(total, CHUNK)):
-        chunk = (first + c).to(tl.int64)
-        at = chunk * HV + hv
-        # scalar chunk base pointers and constant int32 tile offsets: no 64-bit address per vector stays
-        # live across the loop (64 bytes of spills a thread at Dk = Dv = 128 with int64 offset tiles)
-        by_k = offs_c[:, None] * DK + offs_k[None, :]
-        by_v = offs_c[:, None] * DV + offs_v[None, :]
-        w_c = w_ptr + at * (PLANES * CHUNK * DK)
-        ke_c = ke_ptr + at * (PLANES * CHUNK * DK)
-        u_c = u_ptr + at * (CHUNK * DV)
-        tl.store(states_ptr + chunk * slot_size + state_at, state)
-        if SPLIT:
-            # every load first, where loading each plane next to its product issues them one round trip
-            # after another (TILES[128] runs 3 stages: these loads are then fetched chunks ahead)
-            w_hi = tl.load(w_c + by_k)
-            w_lo = tl.load(w_c + CHUNK * DK + by_k)
-            ke_hi = tl.trans(tl.load(ke_c + by_k))
-            ke_lo = tl.trans(tl.load(ke_c + CHUNK * DK + by_k))
-            u = tl.load(u_c + by_v)
-            decay = tl.load(decay_ptr + at)
-            s_hi, s_lo = _split(state)
-            v_new = u - tl.dot(w_hi, s_hi, tl.dot(w_lo, s_hi, tl.dot(w_hi, s_lo)))
-            tl.store(u_c + by_v, v_new)
-            v_hi, v_lo = _split(v_new)
-            moved = state * decay + tl.dot(ke_hi, v_hi, tl.dot(ke_lo, v_hi, tl.dot(ke_hi, v_lo)))
-        else:
-            v_new = tl.load(u_c + by_v) - tl.dot(tl.load(w_c + by_k), state, input_precision=DOT)
-            tl.store(u_c + by_v, v_new)
-            moved = state * tl.load(decay_ptr + at) + tl.dot(tl.trans(tl.load(ke_c + by_k)), v_new,
-                                                              input_precision=DOT)
-        # Only full chunks move the state on: a partial last chunk is recomputed by the children it ends at.
-        state = tl.where(c < n_full, moved, state)
+    j = tl.program_id(1)
+    total = _item_total(items_ptr, item_base + j, j < level_items, NUM_FIELDS, F_LENGTH, F_TAIL)
+    while total > 0:
+        fields = items_ptr + (item_base + j) * NUM_FIELDS
+        src = tl.load(fields + F_SRC)
+        dst = tl.load(fields + F_DST)
+        first = tl.load(fields + F_FIRST)
+        n_full = total // CHUNK
+        state = tl.load(slots_ptr + tl.maximum(src, 0).to(tl.int64) * slot_size + state_at,
+                        mask=(offs_k[:, None] >= 0) & (src >= 0), other=0.0)
 
-    # the state at floor(end / CHUNK) * CHUNK, where the segment's children's chunks begin
-    tl.store(slots_ptr + tl.maximum(dst, 0).to(tl.int64) * slot_size + state_at, state,
-             mask=(offs_k[:, None] >= 0) & (dst >= 0))
+        for c in range(tl.cdiv(total, CHUNK)):
+            chunk = (first + c).to(tl.int64)
+            at = chunk * HV + hv
+            # scalar chunk base pointers and constant int32 tile offsets: no 64-bit address per vector stays
+            # live across the loop (64 bytes of spills a thread at Dk = Dv = 128 with int64 offset tiles)
+            by_k = offs_c[:, None] * DK + offs_k[None, :]
+            by_v = offs_c[:, None] * DV + offs_v[None, :]
+            w_c = w_ptr + at * (PLANES * CHUNK * DK)
+            ke_c = ke_ptr + at * (PLANES * CHUNK * DK)
+            u_c = u_ptr + at * (CHUNK * DV)
+            tl.store(states_ptr + chunk * slot_size + state_at, state)
+            if SPLIT:
+                # every load first, where loading each plane next to its product issues them one round trip
+                # after another (TILES[128] runs 3 stages: these loads are then fetched chunks ahead)
+                w_hi = tl.load(w_c + by_k)
+                w_lo = tl.load(w_c + CHUNK * DK + by_k)
+                ke_hi = tl.trans(tl.load(ke_c + by_k))
+                ke_lo = tl.trans(tl.load(ke_c + CHUNK * DK + by_k))
+                u = tl.load(u_c + by_v)
+                decay = tl.load(decay_ptr + at)
+                s_hi, s_lo = _split(state)
+                v_new = u - tl.dot(w_hi, s_hi, tl.dot(w_lo, s_hi, tl.dot(w_hi, s_lo)))
+                tl.store(u_c + by_v, v_new)
+                v_hi, v_lo = _split(v_new)
+                moved = state * decay + tl.dot(ke_hi, v_hi, tl.dot(ke_lo, v_hi, tl.dot(ke_hi, v_lo)))
+            else:
+                v_new = tl.load(u_c + by_v) - tl.dot(tl.load(w_c + by_k), state, input_precision=DOT)
+                tl.store(u_c + by_v, v_new)
+                moved = state * tl.load(decay_ptr + at) + tl.dot(tl.trans(tl.load(ke_c + by_k)), v_new,
+                                                                  input_precision=DOT)
+            # Only full chunks move the state on: a partial last chunk is recomputed by the children it ends at.
+            state = tl.where(c < n_full, moved, state)
+
+        # the state at floor(end / CHUNK) * CHUNK, where the segment's children's chunks begin
+        tl.store(slots_ptr + tl.maximum(dst, 0).to(tl.int64) * slot_size + state_at, state,
+                 mask=(offs_k[:, None] >= 0) & (dst >= 0))
+        j += tl.num_programs(1)
+        total = _item_total(items_ptr, item_base + j, j < level_items, NUM_FIELDS, F_LENGTH, F_TAIL)
 
 
 @triton.jit
@@ -489,7 +510,7 @@ class GdnSpec:
 
     def state_signature(self) -> dict[str, str]:
         sig = self._work(ChunkWork.STATE_PARTS)
-        sig |= {"items_ptr": "*i32", "slots_ptr": "*fp32", "item_base": "i32"}
+        sig |= {"items_ptr": "*i32", "slots_ptr": "*fp32", "item_base": "i32", "level_items": "i32"}
         return sig | {name: "constexpr" for name in self.state_constexprs()}
 
     def state_constexprs(self) -> dict[str, int | str]:
@@ -521,7 +542,9 @@ class GdnSpec:
         return (self.num_v_heads, num_chunks)
 
     def state_grid(self, per_level: int) -> tuple[int, int]:
-        return (self.num_v_heads * (self.value_dim // self.tiles.block_v), per_level)
+        """Per value-head block, programs that share the level's items (WALK_SMS)."""
+        blocks = self.num_v_heads * (self.value_dim // self.tiles.block_v)
+        return (blocks, min(per_level, max(1, WALK_SMS // blocks)))
 
     def out_grid(self, num_chunks: int) -> tuple[int, int]:
         """With the norm, a program holds every value column of its head (the norm reduces over them)."""
@@ -539,7 +562,7 @@ class GdnSpec:
                        (q, k, v, g, beta, a_log, dt_bias, items, tails, chunks, *work.parts(ChunkWork.PREP_PARTS),
                         self.key_dim**-0.5), self.prep_signature(), self.prep_constexprs(), t.prep_warps)
         walks = [GdnCall(gdn_state_kernel, self.state_grid(per_level),
-                         (*work.parts(ChunkWork.STATE_PARTS), items, slots, level * per_level),
+                         (*work.parts(ChunkWork.STATE_PARTS), items, slots, level * per_level, per_level),
                          self.state_signature(), self.state_constexprs(), t.state_warps, t.state_stages)
                  for level in range(levels)]
         if self.norm is None:

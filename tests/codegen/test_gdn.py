@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from flidec.codegen import gdn
 from flidec.codegen.gdn import ChunkWork, fork_gdn, gdn_spec, slot_buffer
 from flidec.runtime.meta import CHUNK, StreamMeta
 from flidec.runtime.reference import ops
@@ -158,10 +159,11 @@ def test_fork_gdn_fused_gate_matches_reference(device) -> None:
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("shape", ["off_64", "on_64"])
-def test_fork_gdn_is_exact(dtype, shape, device) -> None:
+def test_fork_gdn_is_exact(dtype, shape, device, monkeypatch) -> None:
     """E3: every path's rows in the forest equal its plain single-sequence stream bit for bit; E1: also with
-    the tables padded to a bigger bucket (more levels, items per level and slots). With GQA (2 value heads
-    per key head) and two blocks of value columns (Dv = 128)."""
+    the tables padded to a bigger bucket (more levels, items per level and slots), and with one walk program
+    per value-head block walking all of a level's items in turn. With GQA (2 value heads per key head) and
+    two blocks of value columns (Dv = 128)."""
     nodes = forest(SHAPES[shape])
     stream = pack_forest(nodes, PLACEMENT[shape], gap=2)
     table = token_table(nodes, hk=1, hv=2, dk=16, dv=128, dtype=dtype, seed=1)
@@ -170,6 +172,12 @@ def test_fork_gdn_is_exact(dtype, shape, device) -> None:
     padded = fork_gdn(*args, stream.meta, levels=4, per_level=9, num_slots=7)
     rows = segment_rows(stream.meta).to(device)
     assert torch.equal(out[rows], padded[rows]) and padded[~rows].isnan().all()
+    spec = gdn_spec(*args, out, fused_gate=False)
+    assert spec.state_grid(9)[1] > 1  # else the default already walks every item in one program
+    monkeypatch.setattr(gdn, "WALK_SMS", 1)
+    assert spec.state_grid(9)[1] == 1
+    one_walker = fork_gdn(*args, stream.meta, levels=4, per_level=9, num_slots=7)
+    assert torch.equal(out[rows], one_walker[rows]) and one_walker[~rows].isnan().all()
     for leaf in leaves(nodes):
         plain = path_stream(nodes, leaf)
         want = fork_gdn(*lookup(table, plain.tokens, QKVGB, device), plain.meta)
