@@ -29,6 +29,7 @@ Value columns are independent: splitting them changes nothing.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -106,6 +107,11 @@ TILES: dict[int, GdnTiles] = {
                   out_dot="bf16x3"),
 }
 KEY_DIMS = (16, 32, 64, 128)
+# bf16x3 products need a key dim of at least 64: on the H200 (2026-11-29, one forest of the tests, fp32
+# inputs, Dv = 128) the layer is off the reference by 0.05 at Dk = 16 with bf16x3 for the state and WY
+# products (whether the walk's own split products or Triton's), 1e-6 with tf32x3 there; at Dk = 64 and 128
+# bf16x3 is within 1.3e-6. Not reduced further; every Qwen3.5 checkpoint has Dk = 128.
+BF16X3_KEY_DIM = 64
 # The walk's grid is sized for the SMs of an H100 SXM or H200 (sm_90's parts with the most), not for the
 # bucket: a level's items are shared among max(1, WALK_SMS // blocks) programs per value-head block (one at
 # 0.8B shapes, 128 blocks), each walking items program_id(1), + num_programs(1), ... up to the first padding
@@ -308,67 +314,84 @@ def gdn_state_kernel(
     DOT: tl.constexpr,  # tl.dot input precision of the products without SPLIT (GdnTiles.dot)
     SPLIT: tl.constexpr,  # w and ke are bf16 hi and lo planes: three explicit bf16 products each (bf16x3)
 ):
-    """The state's walk along segments for one value head and BLOCK_V value columns, two dependent products
+    """The state's walk along its level's items program_id(1), + num_programs(1), ... up to the first
+    padding item (WALK_SMS), for one value head and BLOCK_V value columns (_walk_item)."""
+    j = tl.program_id(1)
+    total = _item_total(items_ptr, item_base + j, j < level_items, NUM_FIELDS, F_LENGTH, F_TAIL)
+    if total == 0:
+        return
+    # the first item outside the loop over items: every level's first (at 0.8B shapes often its only) walk
+    # then runs as a kernel-level loop, which the H200 ran faster than the same loop inside the while
+    _walk_item(w_ptr, u_ptr, ke_ptr, decay_ptr, states_ptr, items_ptr + (item_base + j) * NUM_FIELDS, slots_ptr,
+               total, HV, DK, DV, BLOCK_V, CHUNK, F_SRC, F_DST, F_FIRST, DOT, SPLIT)
+    j += tl.num_programs(1)
+    total = _item_total(items_ptr, item_base + j, j < level_items, NUM_FIELDS, F_LENGTH, F_TAIL)
+    while total > 0:
+        _walk_item(w_ptr, u_ptr, ke_ptr, decay_ptr, states_ptr, items_ptr + (item_base + j) * NUM_FIELDS,
+                   slots_ptr, total, HV, DK, DV, BLOCK_V, CHUNK, F_SRC, F_DST, F_FIRST, DOT, SPLIT)
+        j += tl.num_programs(1)
+        total = _item_total(items_ptr, item_base + j, j < level_items, NUM_FIELDS, F_LENGTH, F_TAIL)
+
+
+@triton.jit
+def _walk_item(w_ptr, u_ptr, ke_ptr, decay_ptr, states_ptr, fields, slots_ptr, total,
+               HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, BLOCK_V: tl.constexpr, CHUNK: tl.constexpr,
+               F_SRC: tl.constexpr, F_DST: tl.constexpr, F_FIRST: tl.constexpr, DOT: tl.constexpr,
+               SPLIT: tl.constexpr):
+    """One item's walk (`fields` its row of the items table, `total` its positions), two dependent products
     per chunk: states[chunk] = S, v_new = u - w S (written over u), S <- decay S + ke^T v_new (full chunks
-    only). A program walks its level's items program_id(1), + num_programs(1), ... up to the first padding
-    item (WALK_SMS)."""
+    only); then its dst slot."""
     hv = tl.program_id(0) // (DV // BLOCK_V)
+    src = tl.load(fields + F_SRC)
+    dst = tl.load(fields + F_DST)
+    first = tl.load(fields + F_FIRST)
+    n_full = total // CHUNK
     PLANES: tl.constexpr = 2 if SPLIT else 1
+
     offs_c = tl.arange(0, CHUNK)
     offs_k = tl.arange(0, DK)
     offs_v = (tl.program_id(0) % (DV // BLOCK_V)) * BLOCK_V + tl.arange(0, BLOCK_V)
     state_at = (hv * DK + offs_k[:, None]) * DV + offs_v[None, :]
     slot_size = HV * DK * DV
+    state = tl.load(slots_ptr + tl.maximum(src, 0).to(tl.int64) * slot_size + state_at,
+                    mask=(offs_k[:, None] >= 0) & (src >= 0), other=0.0)
 
-    j = tl.program_id(1)
-    total = _item_total(items_ptr, item_base + j, j < level_items, NUM_FIELDS, F_LENGTH, F_TAIL)
-    while total > 0:
-        fields = items_ptr + (item_base + j) * NUM_FIELDS
-        src = tl.load(fields + F_SRC)
-        dst = tl.load(fields + F_DST)
-        first = tl.load(fields + F_FIRST)
-        n_full = total // CHUNK
-        state = tl.load(slots_ptr + tl.maximum(src, 0).to(tl.int64) * slot_size + state_at,
-                        mask=(offs_k[:, None] >= 0) & (src >= 0), other=0.0)
+    for c in range(tl.cdiv(total, CHUNK)):
+        chunk = (first + c).to(tl.int64)
+        at = chunk * HV + hv
+        # scalar chunk base pointers and constant int32 tile offsets: no 64-bit address per vector stays
+        # live across the loop (64 bytes of spills a thread at Dk = Dv = 128 with int64 offset tiles)
+        by_k = offs_c[:, None] * DK + offs_k[None, :]
+        by_v = offs_c[:, None] * DV + offs_v[None, :]
+        w_c = w_ptr + at * (PLANES * CHUNK * DK)
+        ke_c = ke_ptr + at * (PLANES * CHUNK * DK)
+        u_c = u_ptr + at * (CHUNK * DV)
+        tl.store(states_ptr + chunk * slot_size + state_at, state)
+        if SPLIT:
+            # every load first, where loading each plane next to its product issues them one round trip
+            # after another (TILES[128] runs 3 stages: these loads are then fetched chunks ahead)
+            w_hi = tl.load(w_c + by_k)
+            w_lo = tl.load(w_c + CHUNK * DK + by_k)
+            ke_hi = tl.trans(tl.load(ke_c + by_k))
+            ke_lo = tl.trans(tl.load(ke_c + CHUNK * DK + by_k))
+            u = tl.load(u_c + by_v)
+            decay = tl.load(decay_ptr + at)
+            s_hi, s_lo = _split(state)
+            v_new = u - tl.dot(w_hi, s_hi, tl.dot(w_lo, s_hi, tl.dot(w_hi, s_lo)))
+            tl.store(u_c + by_v, v_new)
+            v_hi, v_lo = _split(v_new)
+            moved = state * decay + tl.dot(ke_hi, v_hi, tl.dot(ke_lo, v_hi, tl.dot(ke_hi, v_lo)))
+        else:
+            v_new = tl.load(u_c + by_v) - tl.dot(tl.load(w_c + by_k), state, input_precision=DOT)
+            tl.store(u_c + by_v, v_new)
+            moved = state * tl.load(decay_ptr + at) + tl.dot(tl.trans(tl.load(ke_c + by_k)), v_new,
+                                                              input_precision=DOT)
+        # Only full chunks move the state on: a partial last chunk is recomputed by the children it ends at.
+        state = tl.where(c < n_full, moved, state)
 
-        for c in range(tl.cdiv(total, CHUNK)):
-            chunk = (first + c).to(tl.int64)
-            at = chunk * HV + hv
-            # scalar chunk base pointers and constant int32 tile offsets: no 64-bit address per vector stays
-            # live across the loop (64 bytes of spills a thread at Dk = Dv = 128 with int64 offset tiles)
-            by_k = offs_c[:, None] * DK + offs_k[None, :]
-            by_v = offs_c[:, None] * DV + offs_v[None, :]
-            w_c = w_ptr + at * (PLANES * CHUNK * DK)
-            ke_c = ke_ptr + at * (PLANES * CHUNK * DK)
-            u_c = u_ptr + at * (CHUNK * DV)
-            tl.store(states_ptr + chunk * slot_size + state_at, state)
-            if SPLIT:
-                # every load first, where loading each plane next to its product issues them one round trip
-                # after another (TILES[128] runs 3 stages: these loads are then fetched chunks ahead)
-                w_hi = tl.load(w_c + by_k)
-                w_lo = tl.load(w_c + CHUNK * DK + by_k)
-                ke_hi = tl.trans(tl.load(ke_c + by_k))
-                ke_lo = tl.trans(tl.load(ke_c + CHUNK * DK + by_k))
-                u = tl.load(u_c + by_v)
-                decay = tl.load(decay_ptr + at)
-                s_hi, s_lo = _split(state)
-                v_new = u - tl.dot(w_hi, s_hi, tl.dot(w_lo, s_hi, tl.dot(w_hi, s_lo)))
-                tl.store(u_c + by_v, v_new)
-                v_hi, v_lo = _split(v_new)
-                moved = state * decay + tl.dot(ke_hi, v_hi, tl.dot(ke_lo, v_hi, tl.dot(ke_hi, v_lo)))
-            else:
-                v_new = tl.load(u_c + by_v) - tl.dot(tl.load(w_c + by_k), state, input_precision=DOT)
-                tl.store(u_c + by_v, v_new)
-                moved = state * tl.load(decay_ptr + at) + tl.dot(tl.trans(tl.load(ke_c + by_k)), v_new,
-                                                                  input_precision=DOT)
-            # Only full chunks move the state on: a partial last chunk is recomputed by the children it ends at.
-            state = tl.where(c < n_full, moved, state)
-
-        # the state at floor(end / CHUNK) * CHUNK, where the segment's children's chunks begin
-        tl.store(slots_ptr + tl.maximum(dst, 0).to(tl.int64) * slot_size + state_at, state,
-                 mask=(offs_k[:, None] >= 0) & (dst >= 0))
-        j += tl.num_programs(1)
-        total = _item_total(items_ptr, item_base + j, j < level_items, NUM_FIELDS, F_LENGTH, F_TAIL)
+    # the state at floor(end / CHUNK) * CHUNK, where the segment's children's chunks begin
+    tl.store(slots_ptr + tl.maximum(dst, 0).to(tl.int64) * slot_size + state_at, state,
+             mask=(offs_k[:, None] >= 0) & (dst >= 0))
 
 
 @triton.jit
@@ -474,7 +497,11 @@ class GdnSpec:
 
     @property
     def tiles(self) -> GdnTiles:
-        return TILES[self.value_dim]
+        """TILES of the value dim, with tf32x3 products under BF16X3_KEY_DIM key dims."""
+        t = TILES[self.value_dim]
+        if self.key_dim < BF16X3_KEY_DIM and "bf16x3" in (t.dot, t.out_dot):
+            return dataclasses.replace(t, dot="tf32x3", out_dot="tf32x3")
+        return t
 
     @property
     def split(self) -> bool:
