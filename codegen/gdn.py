@@ -132,8 +132,29 @@ _FIELD = {name: i for i, name in enumerate(ITEM_FIELDS)}
 
 
 @triton.jit
-def _unit_lower_inverse(a, CHUNK: tl.constexpr, BLOCK: tl.constexpr, DOT: tl.constexpr):
-    """(I + a)^-1 of a strictly lower triangular [CHUNK, CHUNK] a, through BLOCK x BLOCK diagonal blocks.
+def _parts(x, SPLIT: tl.constexpr):
+    """x as _mul's operand: with SPLIT its bf16 hi and lo parts (_split), else x twice (the second unused).
+    An operand used in several products is split once."""
+    if SPLIT:
+        return _split(x)
+    else:
+        return x, x
+
+
+@triton.jit
+def _mul(a_hi, a_lo, b_hi, b_lo, acc, DOT: tl.constexpr, SPLIT: tl.constexpr):
+    """acc + a @ b in fp32 (acc None: a @ b) from _parts: with SPLIT the three bf16 products of bf16x3,
+    lo*hi + hi*lo first, then hi*hi (as the walk multiplies); else a_hi @ b_hi at input precision DOT."""
+    if SPLIT:
+        return tl.dot(a_hi, b_hi, tl.dot(a_lo, b_hi, tl.dot(a_hi, b_lo, acc)))
+    else:
+        return tl.dot(a_hi, b_hi, acc, input_precision=DOT)
+
+
+@triton.jit
+def _unit_lower_inverse(a, CHUNK: tl.constexpr, BLOCK: tl.constexpr, DOT: tl.constexpr, SPLIT: tl.constexpr):
+    """(I + a)^-1 of a strictly lower triangular [CHUNK, CHUNK] a, through BLOCK x BLOCK diagonal blocks,
+    returned as _parts.
 
     With a = a_d + l (a_d its diagonal blocks, l the rest): I + a = (I + a_d)(I + d l) for d = (I + a_d)^-1.
     a_d is nilpotent of order BLOCK = 16, so d = (I - a_d)(I + a_d^2)(I + a_d^4)(I + a_d^8): 6 products
@@ -141,7 +162,9 @@ def _unit_lower_inverse(a, CHUNK: tl.constexpr, BLOCK: tl.constexpr, DOT: tl.con
     order CHUNK / BLOCK = 4, so (I + a)^-1 = (I - n)(I + n^2) d. Every factor is lower triangular with exact
     zeros above its diagonal, so row i depends on rows at or before i only. In fp32 the products' relative
     error stays near 1e-5 for nearly parallel keys (against 1e-7 for substitution); the model's bf16
-    activations round at 4e-3.
+    activations round at 4e-3. With SPLIT each factor is split into bf16 parts once, however many products
+    use it: Triton's bf16x3 splits both operands of every product, and guards each split against infinities
+    (a compare and a select an element), which these finite factors do not need.
     """
     tl.static_assert(CHUNK == 4 * BLOCK)
     tl.static_assert(BLOCK == 16)
@@ -150,14 +173,28 @@ def _unit_lower_inverse(a, CHUNK: tl.constexpr, BLOCK: tl.constexpr, DOT: tl.con
     same_block = rows // BLOCK == cols // BLOCK
     eye = tl.where(rows == cols, 1.0, 0.0)
     a_d = tl.where(same_block, a, 0.0)
-    a2 = tl.dot(a_d, a_d, input_precision=DOT)
-    a4 = tl.dot(a2, a2, input_precision=DOT)
-    d = tl.dot(eye - a_d, eye + a2, input_precision=DOT)
-    d = tl.dot(d, eye + a4, input_precision=DOT)
-    d = tl.dot(d, eye + tl.dot(a4, a4, input_precision=DOT), input_precision=DOT)
-    n = tl.dot(d, tl.where(same_block, 0.0, a), input_precision=DOT)
-    n2 = tl.dot(n, n, input_precision=DOT)
-    return tl.dot(tl.dot(eye - n, eye + n2, input_precision=DOT), d, input_precision=DOT)
+    ad_h, ad_l = _parts(a_d, SPLIT)
+    a2 = _mul(ad_h, ad_l, ad_h, ad_l, None, DOT, SPLIT)
+    a2_h, a2_l = _parts(a2, SPLIT)
+    a4 = _mul(a2_h, a2_l, a2_h, a2_l, None, DOT, SPLIT)
+    a4_h, a4_l = _parts(a4, SPLIT)
+    x_h, x_l = _parts(eye - a_d, SPLIT)
+    y_h, y_l = _parts(eye + a2, SPLIT)
+    d = _mul(x_h, x_l, y_h, y_l, None, DOT, SPLIT)
+    x_h, x_l = _parts(d, SPLIT)
+    y_h, y_l = _parts(eye + a4, SPLIT)
+    d = _mul(x_h, x_l, y_h, y_l, None, DOT, SPLIT)
+    x_h, x_l = _parts(d, SPLIT)
+    y_h, y_l = _parts(eye + _mul(a4_h, a4_l, a4_h, a4_l, None, DOT, SPLIT), SPLIT)
+    d = _mul(x_h, x_l, y_h, y_l, None, DOT, SPLIT)
+    d_h, d_l = _parts(d, SPLIT)
+    y_h, y_l = _parts(tl.where(same_block, 0.0, a), SPLIT)
+    n = _mul(d_h, d_l, y_h, y_l, None, DOT, SPLIT)
+    n_h, n_l = _parts(n, SPLIT)
+    x_h, x_l = _parts(eye - n, SPLIT)
+    y_h, y_l = _parts(eye + _mul(n_h, n_l, n_h, n_l, None, DOT, SPLIT), SPLIT)
+    x_h, x_l = _parts(_mul(x_h, x_l, y_h, y_l, None, DOT, SPLIT), SPLIT)
+    return _parts(_mul(x_h, x_l, d_h, d_l, None, DOT, SPLIT), SPLIT)
 
 
 @triton.jit
@@ -268,7 +305,7 @@ def gdn_prep_kernel(
 
     system = kk * (beta * r_k)[:, None] * r_k[None, :] * decay
     system = tl.where(offs_c[:, None] > offs_c[None, :], system, 0.0)  # strictly lower: the unit diagonal
-    inv = _unit_lower_inverse(system, CHUNK, CHUNK // 4, DOT)
+    inv_h, inv_l = _unit_lower_inverse(system, CHUNK, CHUNK // 4, DOT, SPLIT)
     # w = T (k_beta e^cum) and u = T (beta v) in blocks of at most 64 columns, from k and v loaded again
     # (L2 hits; all blocks' loads issued together): no [CHUNK, Dk] fp32 tile lives across the inverse, and
     # one block's operand and product at a time after it
@@ -287,14 +324,16 @@ def gdn_prep_kernel(
     e_cum = tl.exp(cum)
     w_at = w_ptr + at * (PLANES * CHUNK * DK) + offs_c[:, None] * DK + offs_w[None, :]
     u_at = u_ptr + at * (CHUNK * DV) + offs_c[:, None] * DV + offs_u[None, :]
-    k_beta = (k0.to(tl.float32) * r_k[:, None]) * beta[:, None]
-    _store_planes(w_at, tl.dot(inv, k_beta * e_cum[:, None], input_precision=DOT), CHUNK * DK, SPLIT)
+    b_h, b_l = _parts((k0.to(tl.float32) * r_k[:, None]) * beta[:, None] * e_cum[:, None], SPLIT)
+    _store_planes(w_at, _mul(inv_h, inv_l, b_h, b_l, None, DOT, SPLIT), CHUNK * DK, SPLIT)
     if DK > WB:
-        k_beta = (k1.to(tl.float32) * r_k[:, None]) * beta[:, None]
-        _store_planes(w_at + WB, tl.dot(inv, k_beta * e_cum[:, None], input_precision=DOT), CHUNK * DK, SPLIT)
-    tl.store(u_at, tl.dot(inv, v0.to(tl.float32) * beta[:, None], input_precision=DOT))
+        b_h, b_l = _parts((k1.to(tl.float32) * r_k[:, None]) * beta[:, None] * e_cum[:, None], SPLIT)
+        _store_planes(w_at + WB, _mul(inv_h, inv_l, b_h, b_l, None, DOT, SPLIT), CHUNK * DK, SPLIT)
+    b_h, b_l = _parts(v0.to(tl.float32) * beta[:, None], SPLIT)
+    tl.store(u_at, _mul(inv_h, inv_l, b_h, b_l, None, DOT, SPLIT))
     if DV > UB:
-        tl.store(u_at + UB, tl.dot(inv, v1.to(tl.float32) * beta[:, None], input_precision=DOT))
+        b_h, b_l = _parts(v1.to(tl.float32) * beta[:, None], SPLIT)
+        tl.store(u_at + UB, _mul(inv_h, inv_l, b_h, b_l, None, DOT, SPLIT))
 
 
 @triton.jit
@@ -401,12 +440,13 @@ def _walk_item(w_ptr, u_ptr, ke_ptr, decay_ptr, states_ptr, fields, slots_ptr, t
 def _out_block(qe_ptr, attn_ptr, u_ptr, states_ptr, at, offs_c, offs_k, offs_v, DK: tl.constexpr,
                DV: tl.constexpr, CHUNK: tl.constexpr, DOT_OUT: tl.constexpr):
     """One chunk's outputs qe S + attn v_new [CHUNK, len(offs_v)] at value columns offs_v, fp32."""
-    state = tl.load(states_ptr + at * (DK * DV) + offs_k[:, None] * DV + offs_v[None, :])
-    o = tl.dot(tl.load(qe_ptr + at * (CHUNK * DK) + offs_c[:, None] * DK + offs_k[None, :]), state,
-               input_precision=DOT_OUT)
-    attn = tl.load(attn_ptr + at * (CHUNK * CHUNK) + offs_c[:, None] * CHUNK + offs_c[None, :])
-    return tl.dot(attn, tl.load(u_ptr + at * (CHUNK * DV) + offs_c[:, None] * DV + offs_v[None, :]), o,
-                  input_precision=DOT_OUT)
+    SPLIT: tl.constexpr = DOT_OUT == "bf16x3"  # split by hand as the prep's products are (_unit_lower_inverse)
+    a_h, a_l = _parts(tl.load(qe_ptr + at * (CHUNK * DK) + offs_c[:, None] * DK + offs_k[None, :]), SPLIT)
+    b_h, b_l = _parts(tl.load(states_ptr + at * (DK * DV) + offs_k[:, None] * DV + offs_v[None, :]), SPLIT)
+    o = _mul(a_h, a_l, b_h, b_l, None, DOT_OUT, SPLIT)
+    a_h, a_l = _parts(tl.load(attn_ptr + at * (CHUNK * CHUNK) + offs_c[:, None] * CHUNK + offs_c[None, :]), SPLIT)
+    b_h, b_l = _parts(tl.load(u_ptr + at * (CHUNK * DV) + offs_c[:, None] * DV + offs_v[None, :]), SPLIT)
+    return _mul(a_h, a_l, b_h, b_l, o, DOT_OUT, SPLIT)
 
 
 @triton.jit
