@@ -68,11 +68,13 @@ def test_gdn_launches_a_prep_one_state_walk_per_level_then_the_outputs_on_the_bu
     preps, outs = gdn[::per_layer], gdn[per_layer - 1 :: per_layer]
     walks = [s for i, s in enumerate(gdn) if 0 < i % per_layer < per_layer - 1]
     chunks = BUCKET.rows // 64 + 2 * BUCKET.segments  # tables.max_chunks
-    assert {len(s.args) for s in preps} == {17} and {len(s.args) for s in walks} == {8}
+    assert {len(s.args) for s in preps} == {17} and {len(s.args) for s in walks} == {9}
     assert {len(s.args) for s in outs} == {10}
     assert {s.grid for s in preps} == {(4, chunks)} and {s.grid for s in outs} == {(4, chunks)}  # Dv 16: one block
     assert [s.args[7].value for s in walks] == [lvl * BUCKET.segments for lvl in range(BUCKET.depth)] * 3
-    assert {s.grid[1] for s in walks} == {BUCKET.segments}
+    assert {s.args[8].value for s in walks} == {BUCKET.segments}  # a level's items, for the walkers to stop at
+    # 4 value-head blocks a level, each with a program per item here (gdn.WALK_SMS: up to 33 for 4 blocks)
+    assert {s.grid for s in walks} == {(4, BUCKET.segments)}
     buffers = {b.name: b for b in rec.buffers}
     items, tails, table = (buffers[preps[0].args[i].buffer] for i in (7, 8, 9))
     capacity = f"per_level=6,slots=6,chunks={chunks}"
