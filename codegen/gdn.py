@@ -69,7 +69,8 @@ class GdnTiles:
 # by Triton 3.6 for sm_90 are off by up to 0.5 against the reference on the H200 (gdn_tiles.py --heads
 # 2,4,16; fork == plain still holds), tf32x3 is within 2.4e-4; not investigated further, and 128 was checked
 # on the hardware. The interpreter computes every precision in fp32 (eager.py runs
-# bf16x3 there as ieee), except the walk's explicit bf16 products below, which it multiplies as bf16.
+# bf16x3 there as ieee), except the explicit bf16 products (the walk's below; since 172cb9a the prep's and
+# the outputs' too: _mul), which it multiplies as bf16.
 # With dot "bf16x3" the walk does not ask Triton for bf16x3 products (GdnSpec.split): Triton would split
 # w and ke [CHUNK, Dk] fp32 into hi = bf16(x) and lo = bf16(x - hi) in every program at every chunk,
 # though they do not depend on the state and are the same for all Dv / BLOCK_V programs of a head. The
@@ -85,17 +86,19 @@ class GdnTiles:
 # the prep writes k's and q's outputs before the WY system and computes w and u in 64-column blocks from k
 # and v loaded again, so no [CHUNK, 128] fp32 tile lives across the inverse; ChunkWork tiles are addressed
 # from a scalar base pointer plus constant int32 offsets (folded into the loads' and stores' immediates).
-# Head dims under 128 (tf32x3) still spill in the prep (96 to 176
-# bytes). The walk with state_stages=2 prefetches the next chunk's w and ke planes and u by cp.async
-# (106 registers, 140 KiB of shared memory; the step 544 instructions). Timed on the H200 (gdn_tiles.py,
-# 2026-11-29, the 5,000-token state with 9 branches): walks 0.26 ms, the layer 0.53 ms (0.48 and 0.75 with
-# the fp32 operands split in the loop), RACE-like 0.28 ms. With one stage (72 KiB of shared memory), and with
-# 8 warps, the split walk made an illegal memory access on the H200 that the interpreter does not see:
-# compute-sanitizer places it at an out-of-range shared address in S's update (ke^T v_new), with ke as a
-# tl.trans of a loaded tile and also with ke^T loaded transposed (tried 2026-11-29; not investigated further).
-# With 3 stages (120 registers, 208 KiB) the walks take 0.208 ms on the 5,000-token state (2: 0.253), 0.259
-# on the RACE-like forest (0.279) and 0.0175 on one 177-row question (0.0149): 3 stages, for the long states
-# throughput is made of; like every tile choice here, one count for every bucket (E3).
+# Head dims under 128 (tf32x3) still spill in the prep (96 to 176 bytes). Since 172cb9a the prep's and the
+# outputs' bf16x3 products split their operands by hand too (_parts, _mul): prep 6,848 SASS instructions
+# (fused gate 7,128), outputs 1,272, normed outputs 3,624 at 249 registers; the walk with its loop over items
+# (WALK_SMS) 149 registers. The walk with state_stages=2 prefetches the next chunk's w and ke planes and u by
+# cp.async (106 registers, 140 KiB of shared memory; the step 544 instructions). Timed on the H200
+# (gdn_tiles.py, 2026-11-29, the 5,000-token state with 9 branches): walks 0.26 ms, the layer 0.53 ms (0.48
+# and 0.75 with the fp32 operands split in the loop), RACE-like 0.28 ms. With one stage (72 KiB of shared
+# memory), and with 8 warps, the split walk made an illegal memory access on the H200 that the interpreter
+# does not see: compute-sanitizer places it at an out-of-range shared address in S's update (ke^T v_new), with
+# ke as a tl.trans of a loaded tile and also with ke^T loaded transposed (tried 2026-11-29; not investigated
+# further). With 3 stages (120 registers, 208 KiB) the walks take 0.208 ms on the 5,000-token state (2:
+# 0.253), 0.259 on the RACE-like forest (0.279) and 0.0175 on one 177-row question (0.0149): 3 stages, for the
+# long states throughput is made of; like every tile choice here, one count for every bucket (E3).
 TILES: dict[int, GdnTiles] = {
     16: GdnTiles(block_v=16, state_warps=4, state_stages=1, prep_warps=4, block_o=16, out_warps=4, dot="tf32x3",
                  out_dot="tf32x3"),
@@ -115,16 +118,16 @@ BF16X3_KEY_DIM = 64
 # The walk's grid is sized for the SMs of an H100 SXM or H200 (sm_90's parts with the most), not for the
 # bucket: a level's items are shared among max(1, WALK_SMS // blocks) programs per value-head block (one at
 # 0.8B shapes, 128 blocks), each walking items program_id(1), + num_programs(1), ... up to the first padding
-# item (live items come first). A bucket holds up to `segments` items a level (65 in the systemone
-# artifact), few of them live in most streams, and a walk program holds 208 KiB of shared memory, so an SM
-# runs one at a time: a program per (block, item) made the empty second level of a one-question instance
-# cost ~10 us a launch on the H200 (8,320 programs, 8,192 returning at once). The prep and output kernels
-# keep a program per (head block, chunk slot): at two programs an SM their padding programs cost ~1 us a
-# launch, and a loop over slots kept their loop-invariant masks live (the prep spilled 120 bytes a thread,
-# the normed output 40). Which program walks an item does not change its bits (E3). Measured on the H200
-# (2026-11-29): the replays' walks (profile_runtime) r192 458 -> 163 us, r1024 1,675 -> 798, r6144 4,380 ->
-# 3,640; with every item inside the loop over items the walks of gdn_tiles.py's 5,000-token forest took
-# 0.245 ms against 0.203 before, so the first item is walked outside it (0.199-0.204).
+# item (live items come first). A bucket holds up to `segments` items a level (22 at r192, 65 from r1024 up in
+# the systemone artifact), few of them live in most streams, and a walk program holds 208 KiB of shared
+# memory, so an SM runs one at a time: a program per (block, item) made the empty second level of a
+# one-question instance cost ~10 us a launch on the H200 (r192: 2,816 programs, all returning at once). The
+# prep and output kernels keep a program per (head block, chunk slot): at two programs an SM their padding
+# programs cost ~1 us a launch, and a loop over slots kept their loop-invariant masks live (the prep spilled
+# 120 bytes a thread, the normed output 40). Which program walks an item does not change its bits (E3).
+# Measured on the H200 (2026-11-29): the replays' walks (profile_runtime) r192 458 -> 163 us, r1024 1,675 ->
+# 798, r6144 4,380 -> 3,640; with every item inside the loop over items the walks of gdn_tiles.py's
+# 5,000-token forest took 0.245 ms against 0.203 before, so the first item is walked outside it (0.199-0.204).
 WALK_SMS = 132
 
 _DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
@@ -163,8 +166,8 @@ def _unit_lower_inverse(a, CHUNK: tl.constexpr, BLOCK: tl.constexpr, DOT: tl.con
     zeros above its diagonal, so row i depends on rows at or before i only. In fp32 the products' relative
     error stays near 1e-5 for nearly parallel keys (against 1e-7 for substitution); the model's bf16
     activations round at 4e-3. With SPLIT each factor is split into bf16 parts once, however many products
-    use it: Triton's bf16x3 splits both operands of every product, and guards each split against infinities
-    (a compare and a select an element), which these finite factors do not need.
+    use it: Triton's bf16x3 splits both operands of every product and adds a compare and a select an element
+    to each split (the prep's FSETP and FSEL went 1,117 -> 251 in sm_90 SASS without them).
     """
     tl.static_assert(CHUNK == 4 * BLOCK)
     tl.static_assert(BLOCK == 16)
