@@ -340,7 +340,8 @@ def gdn_prep_kernel(
 
 
 @triton.jit
-def _item_total(items_ptr, item, live, NUM_FIELDS: tl.constexpr, F_LENGTH: tl.constexpr, F_TAIL: tl.constexpr):
+def _item_total(items_ptr, item, live, NUM_FIELDS: tl.constexpr, F_LENGTH: tl.constexpr,
+                F_TAIL: tl.constexpr):
     """Positions an item walks (tail + length); 0 for a padding item, and where `live` is false."""
     fields = items_ptr + item * NUM_FIELDS
     return tl.load(fields + F_TAIL, mask=live, other=0) + tl.load(fields + F_LENGTH, mask=live, other=0)
@@ -367,8 +368,8 @@ def gdn_state_kernel(
         return
     # the first item outside the loop over items: every level's first (at 0.8B shapes often its only) walk
     # then runs as a kernel-level loop, which the H200 ran faster than the same loop inside the while
-    _walk_item(w_ptr, u_ptr, ke_ptr, decay_ptr, states_ptr, items_ptr + (item_base + j) * NUM_FIELDS, slots_ptr,
-               total, HV, DK, DV, BLOCK_V, CHUNK, F_SRC, F_DST, F_FIRST, DOT, SPLIT)
+    _walk_item(w_ptr, u_ptr, ke_ptr, decay_ptr, states_ptr, items_ptr + (item_base + j) * NUM_FIELDS,
+               slots_ptr, total, HV, DK, DV, BLOCK_V, CHUNK, F_SRC, F_DST, F_FIRST, DOT, SPLIT)
     j += tl.num_programs(1)
     total = _item_total(items_ptr, item_base + j, j < level_items, NUM_FIELDS, F_LENGTH, F_TAIL)
     while total > 0:
@@ -380,9 +381,9 @@ def gdn_state_kernel(
 
 @triton.jit
 def _walk_item(w_ptr, u_ptr, ke_ptr, decay_ptr, states_ptr, fields, slots_ptr, total,
-               HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, BLOCK_V: tl.constexpr, CHUNK: tl.constexpr,
-               F_SRC: tl.constexpr, F_DST: tl.constexpr, F_FIRST: tl.constexpr, DOT: tl.constexpr,
-               SPLIT: tl.constexpr):
+               HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, BLOCK_V: tl.constexpr,
+               CHUNK: tl.constexpr, F_SRC: tl.constexpr, F_DST: tl.constexpr, F_FIRST: tl.constexpr,
+               DOT: tl.constexpr, SPLIT: tl.constexpr):
     """One item's walk (`fields` its row of the items table, `total` its positions), two dependent products
     per chunk: states[chunk] = S, v_new = u - w S (written over u), S <- decay S + ke^T v_new (full chunks
     only); then its dst slot."""
@@ -443,11 +444,12 @@ def _walk_item(w_ptr, u_ptr, ke_ptr, decay_ptr, states_ptr, fields, slots_ptr, t
 def _out_block(qe_ptr, attn_ptr, u_ptr, states_ptr, at, offs_c, offs_k, offs_v, DK: tl.constexpr,
                DV: tl.constexpr, CHUNK: tl.constexpr, DOT_OUT: tl.constexpr):
     """One chunk's outputs qe S + attn v_new [CHUNK, len(offs_v)] at value columns offs_v, fp32."""
-    SPLIT: tl.constexpr = DOT_OUT == "bf16x3"  # split by hand as the prep's products are (_unit_lower_inverse)
+    SPLIT: tl.constexpr = DOT_OUT == "bf16x3"  # split by hand, as the prep's products are
     a_h, a_l = _parts(tl.load(qe_ptr + at * (CHUNK * DK) + offs_c[:, None] * DK + offs_k[None, :]), SPLIT)
     b_h, b_l = _parts(tl.load(states_ptr + at * (DK * DV) + offs_k[:, None] * DV + offs_v[None, :]), SPLIT)
     o = _mul(a_h, a_l, b_h, b_l, None, DOT_OUT, SPLIT)
-    a_h, a_l = _parts(tl.load(attn_ptr + at * (CHUNK * CHUNK) + offs_c[:, None] * CHUNK + offs_c[None, :]), SPLIT)
+    attn = tl.load(attn_ptr + at * (CHUNK * CHUNK) + offs_c[:, None] * CHUNK + offs_c[None, :])
+    a_h, a_l = _parts(attn, SPLIT)
     b_h, b_l = _parts(tl.load(u_ptr + at * (CHUNK * DV) + offs_c[:, None] * DV + offs_v[None, :]), SPLIT)
     return _mul(a_h, a_l, b_h, b_l, o, DOT_OUT, SPLIT)
 

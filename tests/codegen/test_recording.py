@@ -72,7 +72,7 @@ def test_gdn_launches_a_prep_one_state_walk_per_level_then_the_outputs_on_the_bu
     assert {len(s.args) for s in outs} == {10}
     assert {s.grid for s in preps} == {(4, chunks)} and {s.grid for s in outs} == {(4, chunks)}  # Dv 16: one block
     assert [s.args[7].value for s in walks] == [lvl * BUCKET.segments for lvl in range(BUCKET.depth)] * 3
-    assert {s.args[8].value for s in walks} == {BUCKET.segments}  # a level's items, for the walkers to stop at
+    assert {s.args[8].value for s in walks} == {BUCKET.segments}  # a level's items: where walkers stop
     # 4 value-head blocks a level, each with a program per item here (gdn.WALK_SMS: up to 33 for 4 blocks)
     assert {s.grid for s in walks} == {(4, BUCKET.segments)}
     buffers = {b.name: b for b in rec.buffers}
