@@ -423,10 +423,10 @@ def _walk_item(w_ptr, u_ptr, ke_ptr, decay_ptr, states_ptr, fields, slots_ptr, t
             u = tl.load(u_c + by_v)
             decay = tl.load(decay_ptr + at)
             s_hi, s_lo = _split(state)
-            v_new = u - tl.dot(w_hi, s_hi, tl.dot(w_lo, s_hi, tl.dot(w_hi, s_lo)))
+            v_new = u - _mul(w_hi, w_lo, s_hi, s_lo, None, DOT, SPLIT)
             tl.store(u_c + by_v, v_new)
             v_hi, v_lo = _split(v_new)
-            moved = state * decay + tl.dot(ke_hi, v_hi, tl.dot(ke_lo, v_hi, tl.dot(ke_hi, v_lo)))
+            moved = state * decay + _mul(ke_hi, ke_lo, v_hi, v_lo, None, DOT, SPLIT)
         else:
             v_new = tl.load(u_c + by_v) - tl.dot(tl.load(w_c + by_k), state, input_precision=DOT)
             tl.store(u_c + by_v, v_new)
