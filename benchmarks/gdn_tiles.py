@@ -6,15 +6,17 @@ At Qwen3.5-0.8B head shapes (16 key and value heads of 128, bf16 q/k/v, fp32 g a
 shaped like the harness's workloads (QuALITY-like: a 5,000-token state and 9 questions of 120 tokens;
 RACE-like: 8 states of 450 tokens with 4 questions of 40 each), runs one layer's launches (GdnSpec.calls,
 through Triton's JIT) for the default tiles and each variant (fields of GdnTiles for Dv = 128, `;` between
-variants), each in its own process. Per variant: the output against the reference op (bf16 tolerance) and a leaf's path against its
-plain stream (bitwise, E3); then each launch group (prep, state walks, outputs) captured in its own CUDA
-graph and timed with CUDA events, median of 20 replays, in milliseconds per layer. Writes JSON and prints
-one line per variant and forest. A diagnostic, like profile_runtime.py: the benchmark is run.py.
+variants), each in its own process. Per variant: the output against the reference op (bf16 tolerance), a
+leaf's path against its plain stream (bitwise, E3) and a digest of the output's bits (whether a code change
+kept them); then each launch group (prep, state walks, outputs) captured in its own CUDA graph and timed
+with CUDA events, median of 20 replays, in milliseconds per layer. Writes JSON and prints one line per
+variant and forest. A diagnostic, like profile_runtime.py: the benchmark is run.py.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import sys
 from pathlib import Path
 
@@ -99,8 +101,9 @@ def measure(name: str, nodes, table, stream) -> dict:
     if DEVICE == "cuda":
         ms = {group: time_graph(lambda cs=cs: run_calls(cs)) for group, cs in groups.items()}
         ms["layer"] = time_graph(lambda: run_calls(calls))
-    return {"variant": name, "close": close, "max_abs_err": err, "fork_equals_plain": exact, "ms": ms,
-            "launches": per_layer}
+    digest = hashlib.sha256(out[rows].float().cpu().numpy().tobytes()).hexdigest()[:16]
+    return {"variant": name, "close": close, "max_abs_err": err, "fork_equals_plain": exact, "digest": digest,
+            "ms": ms, "launches": per_layer}
 
 
 def main(argv: list[str] | None = None) -> list[dict]:

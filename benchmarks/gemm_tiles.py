@@ -9,12 +9,14 @@ in_proj_z 2048 x 1024, in_proj_b and in_proj_a 16 x 1024, out_proj 1024 x 2048; 
 variant (fields of GemmTiles for bf16 replacing the largest rung's, one tile choice for every size; `;`
 between variants), each in its own process. Per variant: every
 projection against torch's fp32 matmul of the same inputs (bf16 tolerance), batch invariance (the first
-rows alone == the same rows inside the full launch, bitwise) and a digest of every output's bits, which
-the summary compares with the default tiles' (a variant with the same bits could serve some buckets
-without breaking E3); then all 186 launches of a 0.8B pass captured in one CUDA graph and timed (median of
-20 replays, ms) with the achieved TFLOP/s, and the same pass grouped as passes/group_linears groups it (96
-launches: `grouped_ms`; `grouped_equal`: each group member torch.equal to its own launch). A diagnostic
-like gdn_tiles.py: the benchmark is run.py.
+rows alone == the same rows inside the full launch, bitwise) and a digest of every output's bits, which the
+summary compares with the default tiles' (a variant with the same bits could serve some buckets without
+breaking E3); then all 186 launches of a 0.8B pass captured in one CUDA graph and timed (median of 20
+replays, ms) with the achieved TFLOP/s, its 48 launches of 1,024 columns alone (`narrow_ms`), and the same
+pass grouped as passes/group_linears groups it (96 launches: `grouped_ms`; `grouped_equal`: each group
+member torch.equal to its own launch). The variant `torch` runs torch.matmul instead (cuBLAS, which
+picks its kernels by shape: what the hardware's library does with the same launches, for reference). A
+diagnostic like gdn_tiles.py: the benchmark is run.py.
 """
 
 from __future__ import annotations
@@ -45,11 +47,24 @@ PASS = (GDN + MLP) * 18 + (ATTENTION + MLP) * 6  # 186 launches
 # the same pass after passes/group_linears: projections of one input in one launch (96 launches)
 GROUPED = ([GDN[:4], GDN[4:], MLP[:2], MLP[2:]] * 18 + [ATTENTION[:3], ATTENTION[3:], MLP[:2], MLP[2:]] * 6)
 ROWS = 6144
+TORCH = "torch"  # the variant that runs torch.matmul (cuBLAS: not batch-invariant) for reference
+NARROW = 1024  # the out, o and down projections: N = 1,024, the launches with the fewest tiles (`narrow_ms`)
+
+
+def _torch_linear(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    return torch.matmul(x, w.T, out=out)
+
+
+def _torch_group(x: torch.Tensor, ws: tuple, outs: tuple | None = None) -> tuple:
+    return tuple(_torch_linear(x, w, o) for w, o in zip(ws, outs or (None,) * len(ws)))
 
 
 def measure(name: str, rows: int) -> dict:
     from flidec.codegen.gemm import linear, linear_group
     from flidec.runtime.reference.tolerance import TOLERANCE
+
+    if name == TORCH:
+        linear, linear_group = _torch_linear, _torch_group
 
     gen = torch.Generator().manual_seed(0)
     shapes = sorted(set(PASS))
@@ -70,13 +85,14 @@ def measure(name: str, rows: int) -> dict:
     # a group's members are distinct shapes, so their outputs are fresh tensors: compare with `outs`
     grouped_equal = all(torch.equal(y, outs[s]) for g in sorted(set(map(tuple, GROUPED))) if len(g) > 1
                         for s, y in zip(g, linear_group(xs[g[0][1]], tuple(ws[s] for s in g))))
-    ms = tflops = grouped_ms = None
+    ms = tflops = grouped_ms = narrow_ms = None
     if DEVICE == "cuda":
         ms = time_graph(lambda: [linear(xs[k], ws[(n, k)], outs[(n, k)]) for n, k in PASS])
+        narrow_ms = time_graph(lambda: [linear(xs[k], ws[(n, k)], outs[(n, k)]) for n, k in PASS if n == NARROW])
         tflops = round(sum(2 * rows * n * k for n, k in PASS) / ms / 1e9, 1)
         grouped_ms = time_graph(lambda: [linear_group(x, w, y) for x, w, y in groups])
     return {"variant": name, "rows": rows, "close": close, "max_abs_err": err, "batch_invariant": invariant,
-            "bits": bits.hexdigest()[:16], "ms": ms, "tflops": tflops, "grouped_ms": grouped_ms,
+            "bits": bits.hexdigest()[:16], "ms": ms, "tflops": tflops, "narrow_ms": narrow_ms, "grouped_ms": grouped_ms,
             "grouped_equal": grouped_equal}
 
 
@@ -93,7 +109,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     default = {r["rows"]: r["bits"] for r in report if r["variant"] == "default" and "bits" in r}
     for r in report:  # a tile choice that keeps the default's bits at every size may differ between buckets
         if "bits" in r:
-            print(f"{r['variant']:>40} rows {r['rows']:>6}: {r['ms']} ms (grouped {r['grouped_ms']} ms, "
+            print(f"{r['variant']:>40} rows {r['rows']:>6}: {r['ms']} ms (narrow {r['narrow_ms']} ms, grouped {r['grouped_ms']} ms, "
                   f"members {'equal' if r['grouped_equal'] else 'NOT equal'}), "
                   f"{'same bits as' if r['bits'] == default.get(r['rows']) else 'other bits than'} the default")
     return report
@@ -102,7 +118,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
 def measure_variant(variant: str, rows: list[int]) -> list[dict]:
     from flidec.codegen import gemm
 
-    if variant:  # one tile choice for every size: the largest rung's, with the variant's fields
+    if variant and variant != TORCH:  # one tile choice for every size: the largest rung's, with the variant's fields
         largest = gemm.TILES[torch.bfloat16][-1][-1]
         gemm.TILES[torch.bfloat16] = ((gemm.ANY, gemm.ANY, dataclasses.replace(largest, **parse_variant(variant))),)
     report = []

@@ -6,15 +6,16 @@ replay's kernels by name.
 Consumes a model directory (made like the harness makes it when missing) and the harness's workloads;
 compiles examples/systemone.flide for this GPU, loads it twice (CUDA graphs, and eager launches of the same
 kernels) and, for the first instance of each workload (the first N bound into one stream, as the offline
-path packs them, for `NAME*N`), measures (medians of 10, milliseconds): the whole
-`Program.label_logits` call (validation, binding, packing, meta fill, copy, replay, read), `run_stream` of
-the already bound stream (no binding), the meta fill alone, and the graph replay alone (CUDA events); then
-profiles one eager pass with torch.profiler (CUPTI sees cuda.core launches like any other) and lists the
-kernels by total device time, with each call of the per-layer attention and Gated DeltaNet kernels. With
-`--concurrent NAME*N`, first (with only the graph program loaded) N instances of a workload (its instances
-repeated in order) go through one `label_logits` call, the offline path with all N in flight: wall time
-and peak GPU memory (torch's allocator: the arena, weights, staging and results; cuda.core allocates
-nothing). With `--host-profile`, each workload's label_logits calls also run under cProfile, and the
+path packs them, for `NAME*N`), measures (medians of 10, milliseconds): the whole `Program.label_logits`
+call (validation, binding, packing, meta fill, copy, replay, read), `run_stream` of the already bound
+stream (no binding), the meta fill alone, the graph replay alone (CUDA events, replays back to back), and
+one replay from an idle device on the host's clock (`launch_ms`: the replay call alone; `replay_wall_ms`:
+with the wait); then profiles one eager pass with torch.profiler (CUPTI sees cuda.core launches like any
+other) and lists the kernels by total device time, with each call of the per-layer attention and Gated
+DeltaNet kernels. With `--concurrent NAME*N`, first (with only the graph program loaded) N instances of a
+workload (its instances repeated in order) go through one `label_logits` call, the offline path with all N in
+flight: wall time and peak GPU memory (torch's allocator: the arena, weights, staging and results; cuda.core
+allocates nothing). With `--host-profile`, each workload's label_logits calls also run under cProfile, and the
 functions with the most time of their own are listed (the device wait shows as the event's synchronize).
 Writes the report as JSON (`--out`) and prints it. A diagnostic for the runtime's performance
 work (docs/DESIGN.md), not a benchmark: the harness's numbers are benchmarks/run.py's.
@@ -65,6 +66,22 @@ def replay_ms(graph, n: int = 10) -> float:
     stop.record()
     torch.cuda.synchronize()
     return round(start.elapsed_time(stop) / n, 3)
+
+
+def launch_ms(graph, n: int = 10) -> tuple[float, float]:
+    """Medians of one replay from an idle device: the host's `replay()` call alone (the graph launch), and
+    the call with the wait for its end (what a request's latency holds)."""
+    graph.replay()
+    calls, walls = [], []
+    for _ in range(n):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        graph.replay()
+        t1 = time.perf_counter()
+        torch.cuda.synchronize()
+        calls.append((t1 - t0) * 1e3)
+        walls.append((time.perf_counter() - t0) * 1e3)
+    return round(statistics.median(calls), 3), round(statistics.median(walls), 3)
 
 
 # Kernels whose every call's time is listed as well: the per-layer launches whose grids a bucket sizes.
@@ -126,6 +143,7 @@ def profile_instances(graphs, eager, insts: list[dict], host: bool = False) -> d
         "run_stream_ms": median_ms(lambda: graphs.run_stream(bound.stream)),
         "meta_fill_ms": median_ms(lambda: stage.fill(padded.tokens, padded.meta)),
         "replay_ms": replay_ms(graphs.engine.graphs[key]),
+        **dict(zip(("launch_ms", "replay_wall_ms"), launch_ms(graphs.engine.graphs[key]), strict=True)),
         "eager_ms": median_ms(lambda: eager.engine._launch_all(key)),
         "launches": len(eager.engine.resolve(key)),
         **dict(zip(("kernels", "per_call_us"), kernel_table(eager.engine, key), strict=True)),

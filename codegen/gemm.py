@@ -67,6 +67,27 @@ def tiles_for(dtype: torch.dtype, rows: int, columns: int) -> GemmTiles:
 _DTYPES = {torch.bfloat16: "bf16", torch.float32: "fp32"}
 
 
+# Programs run through the tiles GROUP_M row tiles at a time, each of those rows' column tiles before the next
+# rows (_tile): at 24,594 rows (the offline path's four QuALITY-like instances, r32768), with the grid's row
+# tiles first, x (64 MB for K = 1,024) left L2 before the next column tile came back to it, and the grouped
+# projections took 33.4 ms against 4.4 at 6,106 rows (7.6x the time for 5.4x the rows; profile_runtime on the
+# H200, 2026-11-30). Which program computes a tile does not change its bits.
+GROUP_M = tl.constexpr(8)
+
+
+@triton.jit
+def _tile():
+    """(row tile, column tile) of this program: its place in dispatch order (axis 0 fastest) as GROUP_M row
+    tiles at a time, the first column tile of each of them, then the second, ... Launches of at most GROUP_M
+    row tiles keep the grid's own order."""
+    num_m = tl.num_programs(0)
+    per_group = GROUP_M * tl.num_programs(1)
+    pid = tl.program_id(1) * num_m + tl.program_id(0)
+    first_m = (pid // per_group) * GROUP_M
+    size_m = tl.minimum(num_m - first_m, GROUP_M)
+    return first_m + (pid % per_group) % size_m, (pid % per_group) // size_m
+
+
 @triton.jit
 def _gemm_tile(x_ptr, w_ptr, y_ptr, M, pid_m, pid_n,
                N: tl.constexpr, K: tl.constexpr, X_ST: tl.constexpr, W_ST: tl.constexpr, Y_ST: tl.constexpr,
@@ -98,8 +119,9 @@ def gemm_silu_mul_kernel(
     """y = silu(x @ Wg^T) * (x @ Wu^T), the SwiGLU product, in the projections' epilogue. Each accumulator
     sees gemm_kernel's products in its order and is rounded to y's dtype before the product, as the two
     stored projections were, and the product is computed as pointwise.binary_kernel's SILU_MUL does."""
-    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    pid_m, pid_n = _tile()
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
     x_rows = x_ptr + rm.to(tl.int64)[:, None] * X_ST
     w_at = rn.to(tl.int64)[:, None] * W_ST
@@ -128,8 +150,8 @@ def gemm_kernel(
     X_ST: tl.constexpr, W_ST: tl.constexpr, Y_ST: tl.constexpr,  # row strides, in elements
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
-    _gemm_tile(x_ptr, w_ptr, y_ptr, M, tl.program_id(0), tl.program_id(1), N, K, X_ST, W_ST, Y_ST,
-               BLOCK_M, BLOCK_N, BLOCK_K)
+    pid_m, pid_n = _tile()
+    _gemm_tile(x_ptr, w_ptr, y_ptr, M, pid_m, pid_n, N, K, X_ST, W_ST, Y_ST, BLOCK_M, BLOCK_N, BLOCK_K)
 
 
 @triton.jit
@@ -145,8 +167,7 @@ def gemm_group_kernel(
 ):
     """y_i = x @ W_i^T for up to four W_i of one x in one launch: the grid's second axis runs through each
     member's column tiles in turn, and a tile computes exactly what gemm_kernel's tile would."""
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
+    pid_m, pid_n = _tile()
     end0: tl.constexpr = (N0 + BLOCK_N - 1) // BLOCK_N
     end1: tl.constexpr = end0 + (N1 + BLOCK_N - 1) // BLOCK_N
     end2: tl.constexpr = end1 + (N2 + BLOCK_N - 1) // BLOCK_N

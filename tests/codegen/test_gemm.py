@@ -53,6 +53,29 @@ def test_linear_is_exact_across_batch_sizes_and_row_order(dtype, device) -> None
     assert torch.equal(linear(wide[:, :96], w), full), "a strided x changes the rows"
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_grouped_tile_order_writes_every_tile(dtype, device) -> None:
+    """Past GROUP_M row tiles, programs take tiles in groups of row tiles (gemm._tile): with a full group, a
+    partial one and a partial column tile, every tile is written once, as the plain kernels' launches on a
+    prefix of the rows (one group, the grid's own order) write it."""
+    from flidec.codegen import gemm
+
+    block_m = gemm.tiles_for(dtype, 1000, 200).block_m
+    m = block_m * (gemm.GROUP_M + 3) + 5  # 12 row tiles: a group of GROUP_M, then 4 (the last partial)
+    x, w = operands(m, 200, 32, dtype, device, seed=7)
+    _, w_up = operands(m, 200, 32, dtype, device, seed=8)
+    y = linear(x, w)
+    assert not y.isnan().any()
+    atol, rtol = TOLERANCE[dtype]
+    torch.testing.assert_close(y.double().cpu(), (x.double() @ w.double().T).cpu(), atol=atol, rtol=rtol)
+    head = block_m * gemm.GROUP_M
+    assert torch.equal(linear(x[:head], w), y[:head])
+    group = linear_group(x, (w, w_up[:72]))
+    assert torch.equal(group[0], y) and torch.equal(group[1], linear(x, w_up[:72]))
+    fused = linear_silu_mul(x, w, w_up)
+    assert not fused.isnan().any() and torch.equal(fused[:head], linear_silu_mul(x[:head], w, w_up))
+
+
 def test_linear_refuses_mismatched_operands() -> None:
     x, w = operands(4, 8, 16, torch.float32, torch.device("cpu"))
     with pytest.raises(ValueError, match="do not compose"):
