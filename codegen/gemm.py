@@ -37,6 +37,7 @@ class GemmTiles:
     block_k: int
     num_warps: int
     num_stages: int
+    group_m: int = 0  # row tiles whose column tiles programs take before the next rows' (_tile); 0: grid order
 
 
 # Per dtype, rungs of (largest M served, largest N served, tiles): a launch takes the first rung serving its
@@ -50,11 +51,13 @@ class GemmTiles:
 # (out and down projections: 64 programs of 128 x 128) 1,175 -> 833 us, but made the wide ones slower.
 # Tiles walked by a fixed number of programs (persistent, flattened with the K loops) lost at every size.
 ANY = 2**31 - 1
+_LARGE = GemmTiles(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=3)
 TILES: dict[torch.dtype, tuple[tuple[int, int, GemmTiles], ...]] = {
     torch.bfloat16: ((256, ANY, GemmTiles(block_m=64, block_n=64, block_k=64, num_warps=4, num_stages=6)),
                      (768, ANY, GemmTiles(block_m=64, block_n=64, block_k=64, num_warps=4, num_stages=4)),
                      (1024, 1024, GemmTiles(block_m=64, block_n=128, block_k=64, num_warps=4, num_stages=4)),
-                     (ANY, ANY, GemmTiles(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=3))),
+                     (8192, ANY, _LARGE),
+                     (ANY, ANY, dataclasses.replace(_LARGE, group_m=8))),
     torch.float32: ((ANY, ANY, GemmTiles(block_m=64, block_n=64, block_k=32, num_warps=4, num_stages=2)),),
 }
 
@@ -67,19 +70,22 @@ def tiles_for(dtype: torch.dtype, rows: int, columns: int) -> GemmTiles:
 _DTYPES = {torch.bfloat16: "bf16", torch.float32: "fp32"}
 
 
-# Programs run through the tiles GROUP_M row tiles at a time, each of those rows' column tiles before the next
-# rows (_tile): at 24,594 rows (the offline path's four QuALITY-like instances, r32768), with the grid's row
-# tiles first, x (64 MB for K = 1,024) left L2 before the next column tile came back to it, and the grouped
-# projections took 33.4 ms against 4.4 at 6,106 rows (7.6x the time for 5.4x the rows; profile_runtime on the
-# H200, 2026-11-30). Which program computes a tile does not change its bits.
-GROUP_M = tl.constexpr(8)
+# Above 8,192 rows, programs take tiles group_m (8) row tiles at a time, each of those rows' column tiles
+# before the next rows' (_tile). At 24,594 rows (the offline path's four QuALITY-like instances, r32768), in
+# the grid's order (all row tiles of a column tile, then the next column tile) x (64 MB at K = 1,024) left L2
+# before the next column tile came back to it: the grouped projections took 33.4 ms against 4.4 at 6,106
+# rows, 7.6x the time for 5.4x the rows. gemm_tiles.py on the H200 (2026-11-30), grouped pass: 24,576 rows
+# 58.7 -> 49.6 ms with groups of 8; 6,144 rows 12.05 -> 12.36 ms (x fits in L2 there), 1,024 rows 2.38 either
+# way; between 6,144 and 24,576 not measured. Which program computes a tile does not change its bits.
 
 
 @triton.jit
-def _tile():
-    """(row tile, column tile) of this program: its place in dispatch order (axis 0 fastest) as GROUP_M row
-    tiles at a time, the first column tile of each of them, then the second, ... Launches of at most GROUP_M
-    row tiles keep the grid's own order."""
+def _tile(GROUP_M: tl.constexpr):
+    """(row tile, column tile) of this program. GROUP_M 0: the grid's axes. Else its place in dispatch order
+    (axis 0 fastest) taken as GROUP_M row tiles at a time, the first column tile of each of them, then the
+    second, ..., the last group holding what is left."""
+    if GROUP_M == 0:
+        return tl.program_id(0), tl.program_id(1)
     num_m = tl.num_programs(0)
     per_group = GROUP_M * tl.num_programs(1)
     pid = tl.program_id(1) * num_m + tl.program_id(0)
@@ -114,12 +120,12 @@ def gemm_silu_mul_kernel(
     M,  # i32: rows of x and y
     N: tl.constexpr, K: tl.constexpr,
     X_ST: tl.constexpr, W_ST: tl.constexpr, Y_ST: tl.constexpr,  # row strides (both W share one)
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
 ):
     """y = silu(x @ Wg^T) * (x @ Wu^T), the SwiGLU product, in the projections' epilogue. Each accumulator
     sees gemm_kernel's products in its order and is rounded to y's dtype before the product, as the two
     stored projections were, and the product is computed as pointwise.binary_kernel's SILU_MUL does."""
-    pid_m, pid_n = _tile()
+    pid_m, pid_n = _tile(GROUP_M)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
@@ -148,9 +154,9 @@ def gemm_kernel(
     M,  # i32: rows of x and y (the only size that varies between launches)
     N: tl.constexpr, K: tl.constexpr,
     X_ST: tl.constexpr, W_ST: tl.constexpr, Y_ST: tl.constexpr,  # row strides, in elements
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
 ):
-    pid_m, pid_n = _tile()
+    pid_m, pid_n = _tile(GROUP_M)
     _gemm_tile(x_ptr, w_ptr, y_ptr, M, pid_m, pid_n, N, K, X_ST, W_ST, Y_ST, BLOCK_M, BLOCK_N, BLOCK_K)
 
 
@@ -163,11 +169,11 @@ def gemm_group_kernel(
     X_ST: tl.constexpr,
     W_ST0: tl.constexpr, W_ST1: tl.constexpr, W_ST2: tl.constexpr, W_ST3: tl.constexpr,
     Y_ST0: tl.constexpr, Y_ST1: tl.constexpr, Y_ST2: tl.constexpr, Y_ST3: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
 ):
     """y_i = x @ W_i^T for up to four W_i of one x in one launch: the grid's second axis runs through each
     member's column tiles in turn, and a tile computes exactly what gemm_kernel's tile would."""
-    pid_m, pid_n = _tile()
+    pid_m, pid_n = _tile(GROUP_M)
     end0: tl.constexpr = (N0 + BLOCK_N - 1) // BLOCK_N
     end1: tl.constexpr = end0 + (N1 + BLOCK_N - 1) // BLOCK_N
     end2: tl.constexpr = end1 + (N2 + BLOCK_N - 1) // BLOCK_N
@@ -206,7 +212,7 @@ class GemmSpec:
         t = self.tiles
         x_st, w_st, y_st = self.strides
         return {"N": self.n, "K": self.k, "X_ST": x_st, "W_ST": w_st, "Y_ST": y_st,
-                "BLOCK_M": t.block_m, "BLOCK_N": t.block_n, "BLOCK_K": t.block_k}
+                "BLOCK_M": t.block_m, "BLOCK_N": t.block_n, "BLOCK_K": t.block_k, "GROUP_M": t.group_m}
 
     def grid(self, m: int) -> tuple[int, int]:
         return (triton.cdiv(m, self.tiles.block_m), triton.cdiv(self.n, self.tiles.block_n))
@@ -287,7 +293,7 @@ class GemmGroupSpec:
         return ({f"N{i}": m.n for i, m in enumerate(padded)} | {"K": first.k, "X_ST": first.strides[0]}
                 | {f"W_ST{i}": m.strides[1] for i, m in enumerate(padded)}
                 | {f"Y_ST{i}": m.strides[2] for i, m in enumerate(padded)}
-                | {"BLOCK_M": t.block_m, "BLOCK_N": t.block_n, "BLOCK_K": t.block_k})
+                | {"BLOCK_M": t.block_m, "BLOCK_N": t.block_n, "BLOCK_K": t.block_k, "GROUP_M": t.group_m})
 
     def grid(self, m: int) -> tuple[int, int]:
         return (triton.cdiv(m, self.tiles.block_m), sum(s.grid(m)[1] for s in self.members))

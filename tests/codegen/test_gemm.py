@@ -54,26 +54,28 @@ def test_linear_is_exact_across_batch_sizes_and_row_order(dtype, device) -> None
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_grouped_tile_order_writes_every_tile(dtype, device) -> None:
-    """Past GROUP_M row tiles, programs take tiles in groups of row tiles (gemm._tile): with a full group, a
-    partial one and a partial column tile, every tile is written once, as the plain kernels' launches on a
-    prefix of the rows (one group, the grid's own order) write it."""
+def test_grouped_tile_order_writes_every_tile(dtype, device, monkeypatch) -> None:
+    """With group_m, programs take tiles group_m row tiles at a time (gemm._tile; the large rungs' order):
+    with a full group, a partial one and a partial column tile, every tile is written once, with the bits
+    of the grid's own order."""
     from flidec.codegen import gemm
 
-    block_m = gemm.tiles_for(dtype, 1000, 200).block_m
-    m = block_m * (gemm.GROUP_M + 3) + 5  # 12 row tiles: a group of GROUP_M, then 4 (the last partial)
+    grid_order = dataclasses.replace(gemm.tiles_for(dtype, 64, 200), group_m=0)
+    grouped = dataclasses.replace(grid_order, group_m=8)
+    m = grid_order.block_m * 11 + 5  # 12 row tiles: a group of 8, then 4 (the last partial)
     x, w = operands(m, 200, 32, dtype, device, seed=7)
     _, w_up = operands(m, 200, 32, dtype, device, seed=8)
-    y = linear(x, w)
-    assert not y.isnan().any()
+    outputs = {}
+    for tiles in (grid_order, grouped):
+        monkeypatch.setitem(gemm.TILES, dtype, ((gemm.ANY, gemm.ANY, tiles),))
+        outputs[tiles.group_m] = (linear(x, w), linear_group(x, (w, w_up[:72])), linear_silu_mul(x, w, w_up))
+    y, (y0, y1), fused = outputs[8]
+    assert not y.isnan().any() and not y1.isnan().any() and not fused.isnan().any()
     atol, rtol = TOLERANCE[dtype]
     torch.testing.assert_close(y.double().cpu(), (x.double() @ w.double().T).cpu(), atol=atol, rtol=rtol)
-    head = block_m * gemm.GROUP_M
-    assert torch.equal(linear(x[:head], w), y[:head])
-    group = linear_group(x, (w, w_up[:72]))
-    assert torch.equal(group[0], y) and torch.equal(group[1], linear(x, w_up[:72]))
-    fused = linear_silu_mul(x, w, w_up)
-    assert not fused.isnan().any() and torch.equal(fused[:head], linear_silu_mul(x[:head], w, w_up))
+    want, (want0, want1), want_fused = outputs[0]
+    assert torch.equal(y, want) and torch.equal(y0, want0) and torch.equal(y1, want1)
+    assert torch.equal(fused, want_fused)
 
 
 def test_linear_refuses_mismatched_operands() -> None:
