@@ -19,8 +19,9 @@ whitespace, and a text that is then empty is left out together with its separato
 (it shares its piece with the template prefix). User text never becomes special tokens (ChatTokenizer.encode).
 Tokenizing: a piece is first a Draft (ids the spec fixes, texts the instance binds). The runtime's walker
 (runtime/templates.py) tokenizes all the texts of an instance in one batch (`encode_texts`), a long text as
-runs cut at those same newlines (`_runs`) so that the batch spreads it over all cores; the ids are the
-text's, whole. `root_piece`, `text_piece` and `ask_piece` encode each text of one piece on its own.
+runs cut at those same newlines or before a space between two letters (`_runs`; with a Qwen split only,
+ChatTokenizer.cuts_exact) so that the batch spreads it over all cores; the ids are the text's, whole.
+`root_piece`, `text_piece` and `ask_piece` encode each text of one piece on its own.
 The one implementation: the runtime binds with it, flidec.runtime.next_token re-exports it.
 """
 
@@ -39,7 +40,7 @@ from flidec.runtime.binder import Draft
 from flidec.runtime.labels import LabelError, Labels, LabelTable
 
 SEP = "\n\n"
-RUN_CHARS = 1024  # a longer text is tokenized as runs of about this many characters (_runs)
+RUN_CHARS = 512  # a longer text is tokenized as runs of about this many characters (_runs)
 REPLY = {
     "choice": "Answer with the letter of one option only.",
     "noul": "Answer with yes or no only.",
@@ -59,6 +60,7 @@ class ChatTokenizer(Protocol):
     """What the format needs from a tokenizer (flidec.models.tokenizer.ModelTokenizer provides it)."""
 
     special_tokens: Mapping[str, int]  # special token text -> id
+    cuts_exact: bool  # a text cut where _runs cuts encodes to the whole text's ids (a Qwen split: tokenizer.py)
 
     def encode(self, text: str) -> list[int]:
         """Text taken literally (NFC, pre-tokenized, byte-level BPE): special-token spellings stay text."""
@@ -150,9 +152,10 @@ class NextTokenFormat:
     def encode_texts(self, texts: Iterable[str]) -> dict[str, tuple[int, ...]]:
         """The literal ids of each distinct text, from one batch of all their runs: one call into the
         tokenizer (which encodes a batch on all cores) instead of one per text, and a long text's runs are
-        encoded side by side (a 5,000-token state: 23 runs)."""
+        encoded side by side (a RACE-like passage of 2,300 characters: 5 runs). A tokenizer whose cuts are
+        not known to be exact (ChatTokenizer.cuts_exact) encodes each text whole."""
         unique = list(dict.fromkeys(texts))
-        runs = [_runs(text) for text in unique]
+        runs = [_runs(text) if self._tok.cuts_exact else [text] for text in unique]
         ids = iter(self._tok.encode_batch([r for rs in runs for r in rs]))
         out = {}
         for text, rs in zip(unique, runs):
@@ -309,20 +312,33 @@ class NextTokenFormat:
 
 
 def _runs(text: str) -> list[str]:
-    """`text` as runs of at least RUN_CHARS characters (the last may be shorter), each cut right after a
-    newline that a non-whitespace character follows: the cut every piece boundary is (module docstring), so
-    the runs' ids add up to the text's. A text with no such newline far enough in stays whole."""
+    """`text` as runs of at least RUN_CHARS characters (the last may be shorter), each cut at the first place
+    after that where a cut keeps the ids (flidec.models.tokenizer._CUT_SAFE_SPLITS): right after a newline
+    that a non-whitespace character follows (where pieces are cut too: module docstring), or right before a
+    space between two letters. A text with no such place far enough in stays whole."""
     runs, start = [], 0
     while len(text) - start > RUN_CHARS:
-        cut = text.find("\n", start + RUN_CHARS - 1)
-        while cut >= 0 and (cut + 1 == len(text) or text[cut + 1].isspace()):
-            cut = text.find("\n", cut + 1)
+        cut = _cut(text, start + RUN_CHARS)
         if cut < 0:
             break
-        runs.append(text[start : cut + 1])
-        start = cut + 1
+        runs.append(text[start:cut])
+        start = cut
     runs.append(text[start:])
     return runs
+
+
+_CUT_AT = re.compile(r"\n(?=\S)| ")
+
+
+def _cut(text: str, least: int) -> int:
+    """The first index at or after `least` where a run may start (_runs), -1 if there is none."""
+    for m in _CUT_AT.finditer(text, least - 1):
+        at = m.start()
+        if text[at] == "\n":
+            return at + 1
+        if at >= least and text[at - 1].isalpha() and at + 1 < len(text) and text[at + 1].isalpha():
+            return at
+    return -1
 
 
 def _asks(body: tuple[Node, ...]) -> list[Ask]:

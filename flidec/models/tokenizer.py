@@ -31,6 +31,16 @@ from flidec.ir.errors import ModelError
 
 # A user message no template rewrites: ASCII letters only, so trim/escape filters leave it alone.
 _MARKER = "FLIDECUSERMESSAGEMARKER"
+# The pre-tokenizer splits of Qwen2 to Qwen3 and of Qwen3.5 (letters and marks), for which a text cut right
+# after a newline that non-whitespace follows, or right before a space between two letters, encodes to the
+# ids of the whole (ModelTokenizer.cuts_exact): no alternative matches a newline and then non-whitespace, or
+# a letter and then a space; none looks behind, so the scan after a cut matches what the whole text's scan
+# matches there; NFC composes nothing with a newline or a space; byte-level BPE encodes each pre-token alone.
+_CUT_SAFE_SPLITS = frozenset({
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+    (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+"
+     r"|\s+(?!\S)|\s+"),
+})
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +70,7 @@ class ModelTokenizer:
         self.vocab_size: int = self._full.get_vocab_size(with_added_tokens=True)
         self.eos_id = self._special_id(config, "eos_token")
         self.pad_id = self._special_id(config, "pad_token")
+        self.cuts_exact = _cuts_exact(self._literal)
         self.chat_template = chat_template
         self._chat = _chat_pieces(chat_template, config, path) if chat_template is not None else None
 
@@ -104,6 +115,28 @@ class ModelTokenizer:
         if token_id is None:
             raise ModelError(f"{self.path}/tokenizer_config.json: {key} {token!r} is not in tokenizer.json")
         return token_id
+
+
+def _cuts_exact(tok: Tokenizer) -> bool:
+    """Whether cutting a text after a newline before non-whitespace, or before a space between two letters,
+    keeps its ids (_CUT_SAFE_SPLITS): NFC or no normalizer, a Qwen split then the byte-level mapping, BPE
+    without dropout, and no added token that plain text can hold (not special) with whitespace in it."""
+    def state(component) -> dict:
+        return json.loads(component.__getstate__()) if component is not None else {}
+
+    pre = state(tok.pre_tokenizer)
+    steps = pre.get("pretokenizers", []) if pre.get("type") == "Sequence" else [pre]
+    if len(steps) != 2:
+        return False
+    split, byte_level = steps
+    return (state(tok.normalizer) in ({}, {"type": "NFC"})
+            and split.get("type") == "Split" and split.get("behavior") == "Isolated" and not split.get("invert")
+            and split.get("pattern", {}).get("Regex") in _CUT_SAFE_SPLITS
+            and byte_level.get("type") == "ByteLevel" and not byte_level.get("use_regex")
+            and not byte_level.get("add_prefix_space")
+            and type(tok.model).__name__ == "BPE" and tok.model.dropout is None
+            and not any(any(c.isspace() for c in t.content)
+                        for t in tok.get_added_tokens_decoder().values() if not t.special))
 
 
 def load_tokenizer(model_dir: str | os.PathLike[str]) -> ModelTokenizer:

@@ -28,3 +28,33 @@ def test_encode_batch_is_encode_of_each_text(qwen_tokenizer) -> None:
 @given(st.lists(st.text(max_size=40), max_size=8))
 def test_encode_batch_of_any_texts(qwen_tokenizer, texts) -> None:
     assert qwen_tokenizer.encode_batch(texts) == [qwen_tokenizer.encode(t) for t in texts]
+
+
+def test_cuts_are_exact_for_the_qwen_split_only(qwen_tokenizer) -> None:
+    """Runs cut at newlines and at spaces between letters (runtime/next_token._runs) only for the splits
+    whose cuts keep the ids; any other pipeline encodes each text whole."""
+    import json
+
+    from tokenizers import Regex, Tokenizer, pre_tokenizers
+
+    from flidec.models.tokenizer import _cuts_exact
+
+    assert qwen_tokenizer.cuts_exact
+    base = json.loads(qwen_tokenizer._literal.to_str())
+
+    def variant(edit) -> Tokenizer:
+        spec = json.loads(json.dumps(base))
+        edit(spec)
+        return Tokenizer.from_str(json.dumps(spec))
+
+    assert _cuts_exact(variant(lambda s: None))
+    gpt2_like = variant(lambda s: s.update(pre_tokenizer={"type": "ByteLevel", "add_prefix_space": False,
+                                                          "trim_offsets": True, "use_regex": True}))
+    assert not _cuts_exact(gpt2_like)
+    other = variant(lambda s: None)
+    other.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(r"\w+\s?|\S"), "isolated"),
+                                                   pre_tokenizers.ByteLevel(add_prefix_space=False,
+                                                                            use_regex=False)])
+    assert not _cuts_exact(other)  # a space kept with the word before it: a cut before it would split it
+    assert not _cuts_exact(variant(lambda s: s["model"].update(dropout=0.1)))
+    assert not _cuts_exact(variant(lambda s: s.update(normalizer={"type": "NFKC"})))

@@ -109,7 +109,8 @@ def test_label_ids(fmt: NextTokenFormat, qwen_tokenizer) -> None:
 
 # Texts that stress the cuts: leading/trailing whitespace and newlines, JSON, combining marks, CJK, emoji.
 ATOMS = st.sampled_from(["\n", "\n\n", " ", "\t", "\r\n", "\u00a0", "\u3000", "a", "Z", "1", "{", '"', ":",
-                         "e\u0301", "\u0301", "한", "\u1100\u1161", "🙂", "'s", "<|", "|>", "ok", "Question"])
+                         "e\u0301", "\u0301", "한", "\u1100\u1161", "🙂", "'s", "<|", "|>", "ok", "Question",
+                         " a", "b ", "\u00bd", "\u2028", "\u001c", "ß", "'S"])
 TEXT = st.one_of(st.text(max_size=12), st.lists(ATOMS, max_size=8).map("".join))
 JSON = st.recursive(st.none() | st.booleans() | st.integers() | TEXT,
                     lambda c: st.lists(c, max_size=3) | st.dictionaries(TEXT, c, max_size=3), max_leaves=6)
@@ -149,12 +150,15 @@ PROSE = "".join(f"Line {i}: it's the {i}th line, über naïve 🙂.\n" + ("\n  i
 
 @settings(max_examples=150, deadline=None)
 @given(st.lists(ATOMS, max_size=60).map("".join), st.integers(1, 12))
-def test_runs_are_cut_after_a_newline_before_text(text, run_chars) -> None:
+def test_runs_are_cut_after_a_newline_before_text_or_before_a_space_between_letters(text, run_chars) -> None:
     with mock.patch.object(next_token, "RUN_CHARS", run_chars):
         runs = next_token._runs(text)
     assert "".join(runs) == text
     for run, after in pairwise(runs):
-        assert len(run) >= run_chars and run.endswith("\n") and not after[0].isspace()
+        assert len(run) >= run_chars
+        after_newline = run.endswith("\n") and not after[0].isspace()
+        between_letters = run[-1].isalpha() and after[0] == " " and after[1:2].isalpha()
+        assert after_newline or between_letters, (run, after)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -167,8 +171,9 @@ def test_texts_tokenized_as_runs_have_their_whole_ids(fmt: NextTokenFormat, qwen
 
 
 def test_a_long_text_is_cut_into_runs_with_its_whole_ids(fmt: NextTokenFormat, qwen_tokenizer) -> None:
-    texts = [PROSE, "no newline at all " * 400, "", "Question: which?\n"]
-    assert len(next_token._runs(PROSE)) > 10 and len(next_token._runs(texts[1])) == 1
+    texts = [PROSE, "no newline at all " * 400, "", "Question: which?\n", "1, 2, 3: " * 400]
+    assert len(next_token._runs(PROSE)) > 10 and len(next_token._runs(texts[1])) > 10  # at newlines, at spaces
+    assert len(next_token._runs(texts[-1])) == 1  # no space between two letters
     assert fmt.encode_texts(texts) == {t: tuple(qwen_tokenizer.encode(t)) for t in texts}
     root = fmt.root_draft(PROSE)  # as the template walker tokenizes it, against the whole prompt in one go
     ids = root.ids(fmt.encode_texts(root.texts()))
@@ -180,6 +185,7 @@ class _Counting:
 
     def __init__(self, inner) -> None:
         self.inner, self.special_tokens, self.chat, self.calls = inner, inner.special_tokens, inner.chat, 0
+        self.cuts_exact = inner.cuts_exact
 
     def encode(self, text: str) -> list[int]:
         self.calls += 1

@@ -110,6 +110,7 @@ class _Batches:
 
     def __init__(self, inner) -> None:
         self.inner, self.special_tokens, self.chat, self.batches = inner, inner.special_tokens, inner.chat, []
+        self.cuts_exact = inner.cuts_exact
 
     def encode(self, text: str) -> list[int]:
         return self.inner.encode(text)
