@@ -53,7 +53,9 @@ from flidec.runtime.templates import _TemplateWalker
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 # A replay's fixed cost in rows, for choosing which pieces share a stream (`_groups`): ~4.5 ms fixed over
 # ~5 us a row (r192 4.9 ms, r1024 8.7 ms, r6144 34.5 ms), measured on the H200 for Qwen3.5-0.8B shapes at
-# 67d2c56 (BENCHMARKS.md).
+# 67d2c56 (BENCHMARKS.md). Refitted at 82ad9e4 (r1024 to r32768, one to twelve instances a stream): ~1.3 ms,
+# 2.2 us a bucket row and 1.8 us more a used row, ~600 rows; 600 packs the harness's workloads into the same
+# streams but for mixed, which the fit predicts no faster.
 FIXED_ROWS = 1024
 
 
