@@ -88,12 +88,13 @@ def measure(name: str, rows: int) -> dict:
     ms = tflops = grouped_ms = narrow_ms = None
     if DEVICE == "cuda":
         ms = time_graph(lambda: [linear(xs[k], ws[(n, k)], outs[(n, k)]) for n, k in PASS])
-        narrow_ms = time_graph(lambda: [linear(xs[k], ws[(n, k)], outs[(n, k)]) for n, k in PASS if n == NARROW])
+        narrow = [(n, k) for n, k in PASS if n == NARROW]
+        narrow_ms = time_graph(lambda: [linear(xs[k], ws[(n, k)], outs[(n, k)]) for n, k in narrow])
         tflops = round(sum(2 * rows * n * k for n, k in PASS) / ms / 1e9, 1)
         grouped_ms = time_graph(lambda: [linear_group(x, w, y) for x, w, y in groups])
     return {"variant": name, "rows": rows, "close": close, "max_abs_err": err, "batch_invariant": invariant,
-            "bits": bits.hexdigest()[:16], "ms": ms, "tflops": tflops, "narrow_ms": narrow_ms, "grouped_ms": grouped_ms,
-            "grouped_equal": grouped_equal}
+            "bits": bits.hexdigest()[:16], "ms": ms, "tflops": tflops, "narrow_ms": narrow_ms,
+            "grouped_ms": grouped_ms, "grouped_equal": grouped_equal}
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
@@ -109,7 +110,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     default = {r["rows"]: r["bits"] for r in report if r["variant"] == "default" and "bits" in r}
     for r in report:  # a tile choice that keeps the default's bits at every size may differ between buckets
         if "bits" in r:
-            print(f"{r['variant']:>40} rows {r['rows']:>6}: {r['ms']} ms (narrow {r['narrow_ms']} ms, grouped {r['grouped_ms']} ms, "
+            print(f"{r['variant']:>40} rows {r['rows']:>6}: {r['ms']} ms (narrow {r['narrow_ms']} ms, "
+                  f"grouped {r['grouped_ms']} ms, "
                   f"members {'equal' if r['grouped_equal'] else 'NOT equal'}), "
                   f"{'same bits as' if r['bits'] == default.get(r['rows']) else 'other bits than'} the default")
     return report
@@ -118,7 +120,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
 def measure_variant(variant: str, rows: list[int]) -> list[dict]:
     from flidec.codegen import gemm
 
-    if variant and variant != TORCH:  # one tile choice for every size: the largest rung's, with the variant's fields
+    if variant and variant != TORCH:  # one tile choice for every size: the largest rung's with the variant's
         largest = gemm.TILES[torch.bfloat16][-1][-1]
         gemm.TILES[torch.bfloat16] = ((gemm.ANY, gemm.ANY, dataclasses.replace(largest, **parse_variant(variant))),)
     report = []

@@ -37,9 +37,10 @@ _MARKER = "FLIDECUSERMESSAGEMARKER"
 # a letter and then a space; none looks behind, so the scan after a cut matches what the whole text's scan
 # matches there; NFC composes nothing with a newline or a space; byte-level BPE encodes each pre-token alone.
 _CUT_SAFE_SPLITS = frozenset({
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
-    (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+"
+    (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
      r"|\s+(?!\S)|\s+"),
+    (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*"
+     r"|\s*[\r\n]+|\s+(?!\S)|\s+"),
 })
 
 
@@ -130,7 +131,8 @@ def _cuts_exact(tok: Tokenizer) -> bool:
         return False
     split, byte_level = steps
     return (state(tok.normalizer) in ({}, {"type": "NFC"})
-            and split.get("type") == "Split" and split.get("behavior") == "Isolated" and not split.get("invert")
+            and split.get("type") == "Split" and split.get("behavior") == "Isolated"
+            and not split.get("invert")
             and split.get("pattern", {}).get("Regex") in _CUT_SAFE_SPLITS
             and byte_level.get("type") == "ByteLevel" and not byte_level.get("use_regex")
             and not byte_level.get("add_prefix_space")
