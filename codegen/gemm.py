@@ -1,8 +1,9 @@
 """Batch-invariant GEMM y = x @ W^T: a row's bits depend on that row of x and on W only.
 
-Consumes x [M, K] and W [N, K] (bf16 or fp32, inner dim contiguous); produces y [M, N] in x's dtype, with
-fp32 accumulation. One program per (BLOCK_M rows, BLOCK_N columns) tile; K is reduced in BLOCK_K steps
-from 0 upward, in the same order for every row, with no split-K, so neither M nor a row's place among the
+Consumes x [M, K] and W [N, K] (bf16 or fp32, inner dim contiguous) and the count of rows to compute, read
+from device memory (ROWS below); produces those rows of y [M, N] in x's dtype, with fp32 accumulation. One
+program per (BLOCK_M rows, BLOCK_N columns) tile; K is reduced in BLOCK_K steps from 0 upward, in the same
+order for every row, with no split-K, so neither M nor a row's place among the
 tiles changes its result.
 `gemm_group_kernel` runs up to four projections of one x (passes/group_linears.py) in one launch, each tile
 computed as gemm_kernel's would be, so each member has the bits of its own launch.
@@ -79,6 +80,15 @@ _DTYPES = {torch.bfloat16: "bf16", torch.float32: "fp32"}
 # way; between 6,144 and 24,576 not measured. Which program computes a tile does not change its bits.
 
 
+# ROWS: the kernels read how many rows to compute from a device int32 (`rows_ptr`), and the programs of row
+# tiles past it return at once. A bucket's grid covers its rows (or, for the last layer's MLP, its reads:
+# passes/trim_reads.py), but a stream fills only some of them (a ladder pads up to a quarter, the offline
+# path's packs more); the binder writes the stream's count into a `live_rows` meta buffer before each
+# replay, so the projections cost the stream's rows, not the bucket's. Padding rows of y keep whatever they
+# held: no kernel reads them into a stream's row (tables address only a stream's rows and reads, and each
+# row of y depends on its own row of x alone).
+
+
 @triton.jit
 def _tile(GROUP_M: tl.constexpr):
     """(row tile, column tile) of this program. GROUP_M 0: the grid's axes. Else its place in dispatch order
@@ -117,7 +127,7 @@ def _gemm_tile(x_ptr, w_ptr, y_ptr, M, pid_m, pid_n,
 @triton.jit
 def gemm_silu_mul_kernel(
     x_ptr, wg_ptr, wu_ptr, y_ptr,
-    M,  # i32: rows of x and y
+    rows_ptr,  # *i32: how many rows of x and y to compute (ROWS)
     N: tl.constexpr, K: tl.constexpr,
     X_ST: tl.constexpr, W_ST: tl.constexpr, Y_ST: tl.constexpr,  # row strides (both W share one)
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
@@ -126,6 +136,9 @@ def gemm_silu_mul_kernel(
     sees gemm_kernel's products in its order and is rounded to y's dtype before the product, as the two
     stored projections were, and the product is computed as pointwise.binary_kernel's SILU_MUL does."""
     pid_m, pid_n = _tile(GROUP_M)
+    M = tl.load(rows_ptr)
+    if pid_m * BLOCK_M >= M:
+        return
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
@@ -151,12 +164,15 @@ def gemm_silu_mul_kernel(
 @triton.jit
 def gemm_kernel(
     x_ptr, w_ptr, y_ptr,
-    M,  # i32: rows of x and y (the only size that varies between launches)
+    rows_ptr,  # *i32: how many rows of x and y to compute (ROWS)
     N: tl.constexpr, K: tl.constexpr,
     X_ST: tl.constexpr, W_ST: tl.constexpr, Y_ST: tl.constexpr,  # row strides, in elements
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
 ):
     pid_m, pid_n = _tile(GROUP_M)
+    M = tl.load(rows_ptr)
+    if pid_m * BLOCK_M >= M:
+        return
     _gemm_tile(x_ptr, w_ptr, y_ptr, M, pid_m, pid_n, N, K, X_ST, W_ST, Y_ST, BLOCK_M, BLOCK_N, BLOCK_K)
 
 
@@ -164,7 +180,7 @@ def gemm_kernel(
 def gemm_group_kernel(
     x_ptr,
     w0_ptr, y0_ptr, w1_ptr, y1_ptr, w2_ptr, y2_ptr, w3_ptr, y3_ptr,  # members past GROUP repeat member 0
-    M,  # i32: rows of x and of every y
+    rows_ptr,  # *i32: how many rows of x and of every y to compute (ROWS)
     N0: tl.constexpr, N1: tl.constexpr, N2: tl.constexpr, N3: tl.constexpr, K: tl.constexpr,  # N: 0 unused
     X_ST: tl.constexpr,
     W_ST0: tl.constexpr, W_ST1: tl.constexpr, W_ST2: tl.constexpr, W_ST3: tl.constexpr,
@@ -174,6 +190,9 @@ def gemm_group_kernel(
     """y_i = x @ W_i^T for up to four W_i of one x in one launch: the grid's second axis runs through each
     member's column tiles in turn, and a tile computes exactly what gemm_kernel's tile would."""
     pid_m, pid_n = _tile(GROUP_M)
+    M = tl.load(rows_ptr)
+    if pid_m * BLOCK_M >= M:
+        return
     end0: tl.constexpr = (N0 + BLOCK_N - 1) // BLOCK_N
     end1: tl.constexpr = end0 + (N1 + BLOCK_N - 1) // BLOCK_N
     end2: tl.constexpr = end1 + (N2 + BLOCK_N - 1) // BLOCK_N
@@ -205,7 +224,7 @@ class GemmSpec:
     def signature(self, pointers: tuple[str, ...] = ("x_ptr", "w_ptr", "y_ptr")) -> dict[str, str]:
         """The kernel's parameter types; gemm_silu_mul_kernel names its pointers x, wg, wu, y."""
         ptr = "*" + _DTYPES[self.dtype]
-        sig = {name: ptr for name in pointers} | {"M": "i32"}
+        sig = {name: ptr for name in pointers} | {"rows_ptr": "*i32"}
         return sig | {name: "constexpr" for name in self.constexprs()}
 
     def constexprs(self) -> dict[str, int]:
@@ -232,13 +251,19 @@ def gemm_spec(x: torch.Tensor, weight: torch.Tensor, y: torch.Tensor, columns: i
                     tiles=tiles_for(x.dtype, x.shape[0], weight.shape[0] if columns is None else columns))
 
 
+def row_count(x: torch.Tensor) -> torch.Tensor:
+    """The rows pointer of an eager launch over all of x's rows: an int32 on x's device, filled there (no
+    copy from the host to wait for)."""
+    return torch.full((1,), x.shape[0], dtype=torch.int32, device=x.device)
+
+
 def linear(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """y = x @ W^T, run eagerly (JIT on CUDA, interpreter on CPU). `out` defaults to a NaN-filled tensor."""
     if out is None:
         out = torch.full((x.shape[0], weight.shape[0]), float("nan"), dtype=x.dtype, device=x.device)
     spec = gemm_spec(x, weight, out)
     if x.shape[0] > 0:
-        eager.launch(gemm_kernel, spec.grid(x.shape[0]), x, weight, out, x.shape[0], device=x.device,
+        eager.launch(gemm_kernel, spec.grid(x.shape[0]), x, weight, out, row_count(x), device=x.device,
                      num_warps=spec.tiles.num_warps, num_stages=spec.tiles.num_stages, **spec.constexprs())
     return out
 
@@ -263,7 +288,7 @@ def linear_silu_mul(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor,
         out = torch.full((x.shape[0], w_gate.shape[0]), float("nan"), dtype=x.dtype, device=x.device)
     spec = silu_mul_spec(x, w_gate, w_up, out)
     if x.shape[0] > 0:
-        eager.launch(gemm_silu_mul_kernel, spec.grid(x.shape[0]), x, w_gate, w_up, out, x.shape[0],
+        eager.launch(gemm_silu_mul_kernel, spec.grid(x.shape[0]), x, w_gate, w_up, out, row_count(x),
                      device=x.device, num_warps=spec.tiles.num_warps, num_stages=spec.tiles.num_stages,
                      **spec.constexprs())
     return out
@@ -284,7 +309,8 @@ class GemmGroupSpec:
 
     def signature(self) -> dict[str, str]:
         ptr = "*" + _DTYPES[self.members[0].dtype]
-        sig = {"x_ptr": ptr} | {f"{p}{i}_ptr": ptr for i in range(GROUP) for p in ("w", "y")} | {"M": "i32"}
+        sig = {"x_ptr": ptr} | {f"{p}{i}_ptr": ptr for i in range(GROUP) for p in ("w", "y")}
+        sig |= {"rows_ptr": "*i32"}
         return sig | {name: "constexpr" for name in self.constexprs()}
 
     def constexprs(self) -> dict[str, int]:
@@ -298,10 +324,11 @@ class GemmGroupSpec:
     def grid(self, m: int) -> tuple[int, int]:
         return (triton.cdiv(m, self.tiles.block_m), sum(s.grid(m)[1] for s in self.members))
 
-    def args(self, x: object, weights: tuple, outs: tuple, m: int) -> tuple:
-        """The launch's arguments: x, then (W_i, y_i) per member (member 0's again for unused ones), M."""
+    def args(self, x: object, weights: tuple, outs: tuple, rows: object) -> tuple:
+        """The launch's arguments: x, then (W_i, y_i) per member (member 0's again for unused ones), the
+        rows pointer."""
         pairs = [*zip(weights, outs)] + [(weights[0], outs[0])] * (GROUP - len(weights))
-        return (x, *(t for pair in pairs for t in pair), m)
+        return (x, *(t for pair in pairs for t in pair), rows)
 
 
 def gemm_group_spec(x: torch.Tensor, weights: tuple[torch.Tensor, ...], outs: tuple[torch.Tensor, ...]
@@ -324,7 +351,7 @@ def linear_group(x: torch.Tensor, weights: tuple[torch.Tensor, ...],
                      for w in weights)
     spec = gemm_group_spec(x, weights, outs)
     if x.shape[0] > 0:
-        eager.launch(gemm_group_kernel, spec.grid(x.shape[0]), *spec.args(x, weights, outs, x.shape[0]),
+        eager.launch(gemm_group_kernel, spec.grid(x.shape[0]), *spec.args(x, weights, outs, row_count(x)),
                      device=x.device, num_warps=spec.tiles.num_warps, num_stages=spec.tiles.num_stages,
                      **spec.constexprs())
     return outs

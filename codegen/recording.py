@@ -188,27 +188,42 @@ def register_emitter(op: str, fn: Emitter, kernels: tuple[Any, ...]) -> None:
         JIT_KERNELS[k.__name__] = k
 
 
+def _live_rows(ctx: EmitContext, x: torch.Tensor) -> torch.Tensor:
+    """The GEMMs' rows pointer (codegen/gemm.py ROWS): how many of x's rows are the stream's, which the binder
+    writes, so a projection computes the stream's rows or reads, not the bucket's. x has the bucket's rows or,
+    past trim_reads, its reads; when the two counts are equal the bound covers both."""
+    b = ctx.bucket
+    stream, reads = int(x.shape[0] == b.rows), int(x.shape[0] == b.reads)
+    if not stream | reads:
+        raise ValueError(f"a projection over {x.shape[0]} rows: neither the bucket's {b.rows} rows nor its "
+                         f"{b.reads} reads")
+    name = {(1, 0): "stream_rows", (0, 1): "read_count", (1, 1): "stream_rows_or_reads"}[stream, reads]
+    return ctx.table(name, (1,), torch.int32, f"live_rows(stream={stream},reads={reads})")
+
+
 def _gemm(ctx: EmitContext, out: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> list[KernelCall]:
     spec = gemm.gemm_spec(x, w, out)
     t = spec.tiles
-    return [KernelCall(gemm.gemm_kernel, spec.grid(x.shape[0]), (x, w, out, x.shape[0]), spec.signature(),
-                       spec.constexprs(), t.num_warps, t.num_stages)]
+    return [KernelCall(gemm.gemm_kernel, spec.grid(x.shape[0]), (x, w, out, _live_rows(ctx, x)),
+                       spec.signature(), spec.constexprs(), t.num_warps, t.num_stages)]
 
 
 def _gemm_group(ctx: EmitContext, outs: tuple[torch.Tensor, ...], x: torch.Tensor,
                 weights: tuple[torch.Tensor, ...]) -> list[KernelCall]:
     spec = gemm.gemm_group_spec(x, weights, outs)
     t = spec.tiles
-    return [KernelCall(gemm.gemm_group_kernel, spec.grid(x.shape[0]), spec.args(x, weights, outs, x.shape[0]),
-                       spec.signature(), spec.constexprs(), t.num_warps, t.num_stages)]
+    return [KernelCall(gemm.gemm_group_kernel, spec.grid(x.shape[0]),
+                       spec.args(x, weights, outs, _live_rows(ctx, x)), spec.signature(), spec.constexprs(),
+                       t.num_warps, t.num_stages)]
 
 
 def _gemm_silu_mul(ctx: EmitContext, out: torch.Tensor, x: torch.Tensor, w_gate: torch.Tensor,
                    w_up: torch.Tensor) -> list[KernelCall]:
     spec = gemm.silu_mul_spec(x, w_gate, w_up, out)
     t = spec.tiles
-    return [KernelCall(gemm.gemm_silu_mul_kernel, spec.grid(x.shape[0]), (x, w_gate, w_up, out, x.shape[0]),
-                       spec.signature(gemm.SILU_MUL_POINTERS), spec.constexprs(), t.num_warps, t.num_stages)]
+    return [KernelCall(gemm.gemm_silu_mul_kernel, spec.grid(x.shape[0]),
+                       (x, w_gate, w_up, out, _live_rows(ctx, x)), spec.signature(gemm.SILU_MUL_POINTERS),
+                       spec.constexprs(), t.num_warps, t.num_stages)]
 
 
 def _attention(ctx: EmitContext, out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,

@@ -5,7 +5,8 @@ the bucket's fixed sizes, so one recorded launch sequence (a CUDA graph) replays
 - the static meta buffers every lowered graph reads (`meta_buffers` / `static_tables`: tokens, positions,
   conv_prev, segments, read_rows, read_labels, read_nlabels; int64),
 - the fork attention's `query_tiles` and `path_levels`, the fork conv's `conv_taps`, the forked Gated
-  DeltaNet's work items, tail rows and chunk slots (`gdn_tables`; int32).
+  DeltaNet's work items, tail rows and chunk slots (`gdn_tables`), the stream's row or read count
+  (`live_rows`, the GEMMs' bound); int32.
 A recording names each meta buffer's rule in its `fill` field ("query_tiles(block_m=64)",
 "gdn_items(per_level=8,slots=8,chunks=24)"); `fill_meta` applies the rules into fresh tensors, `write_meta`
 into given arrays (a meta stage's host buffers: every element written, no table allocated and copied). This is
@@ -102,6 +103,11 @@ _PADDING_SEGMENT = tuple({"parent": -1, "level": PADDING_LEVEL}.get(f, 0) for f 
 # Tiles are aligned to multiples of `block_m` logical positions (a segment starting mid-tile gets a partial
 # first tile), so a query always sits at the same row of its tile and walks the same key tiles, whatever
 # stream it is packed in (E3). Padding tiles have count 0 and write nothing.
+# Live tiles come longest first: a tile walks the key tiles up to its aligned end, so its work grows with its
+# logical tile index, and the GPU starts programs in grid order (one per SM at head dim 256: 192 KiB of
+# shared memory). In segment order a long state's last tiles and its questions' tiles (they walk the whole
+# state) start last and run on while the other SMs idle; a table longest first is the classic largest-job-
+# first schedule. A tile's bits do not depend on where it sits in the table.
 
 TILE_FIELDS = ("segment", "row0", "pos0", "count")  # columns of a query tile row
 POS_NONE = 2**31 - 1  # first position of a padding level: above every real position
@@ -131,7 +137,8 @@ def write_query_tiles(out: np.ndarray, meta: StreamMeta, block_m: int) -> None:
 
 
 def _tile_columns(meta: StreamMeta, block_m: int) -> tuple[np.ndarray, ...]:
-    """The TILE_FIELDS columns of every tile the stream needs, in segment order."""
+    """The TILE_FIELDS columns of every tile the stream needs, the ones furthest into their paths first (by
+    aligned tile index; segment order among equals)."""
     segs = [(i, s.start, s.pos0, s.end) for i, s in enumerate(meta.segments) if s.length > 0]
     index, start, pos0, end = np.array(segs, dtype=np.int64).reshape(-1, 4).T
     first = pos0 // block_m
@@ -140,7 +147,8 @@ def _tile_columns(meta: StreamMeta, block_m: int) -> tuple[np.ndarray, ...]:
     tile = np.repeat(first, count) + k
     lo = np.maximum(tile * block_m, np.repeat(pos0, count))
     hi = np.minimum((tile + 1) * block_m, np.repeat(end, count))
-    return np.repeat(index, count), np.repeat(start - pos0, count) + lo, lo, hi - lo
+    order = np.argsort(-tile, kind="stable")
+    return tuple(c[order] for c in (np.repeat(index, count), np.repeat(start - pos0, count) + lo, lo, hi - lo))
 
 
 def _write_tiles(out: np.ndarray, columns: tuple[np.ndarray, ...]) -> None:
@@ -295,6 +303,12 @@ def write_conv_taps(out: np.ndarray, meta: StreamMeta) -> None:
     out[n:] = -1
 
 
+def live_rows(meta: StreamMeta) -> int:
+    """Rows up to the end of the stream's last segment: the rows a row-wise kernel must compute. Padding rows
+    after them (a padded stream's, pad_meta) do not count, so a stream fills the same tables padded or not."""
+    return max((s.start + s.length for s in meta.segments), default=0)
+
+
 # ---- fill rules: a recording's meta buffers by name -----------------------------------------------------------
 
 
@@ -348,6 +362,11 @@ FILL_RULES: dict[str, FillRule] = {
                             lambda out, meta, bucket, p, cache: write_path_levels(out, meta)),
     "conv_taps": FillRule(lambda bucket, req, p: (bucket.rows, CONV_TAPS),
                           lambda out, meta, bucket, p, cache: write_conv_taps(out, meta)),
+    # how many rows of a launch over the bucket's rows (stream=1) or read rows (reads=1) hold the stream's:
+    # the GEMMs' bound (codegen/gemm.py ROWS); both when the two counts are equal and rows can be either
+    "live_rows": FillRule(lambda bucket, req, p: (1,),
+                          lambda out, meta, bucket, p, cache: out.fill(max(live_rows(meta) * p["stream"],
+                                                                           len(meta.reads) * p["reads"]))),
     "gdn_items": _gdn("items"),
     "gdn_tails": _gdn("tails"),
     "gdn_chunks": _gdn("chunks"),

@@ -133,11 +133,11 @@ def test_compile_kernel_checks_its_inputs() -> None:
         aot.compile_kernel(gemm_kernel, spec.signature(), spec.constexprs(), target="sm_80")
     with pytest.raises(aot.KernelBuildError, match="constexprs"):
         aot.compile_kernel(gemm_kernel, spec.signature(), {"N": 64})
-    bad = dict(spec.signature()) | {"M": "tensordesc<fp32[64]>"}
+    bad = dict(spec.signature()) | {"rows_ptr": "tensordesc<fp32[64]>"}
     with pytest.raises(aot.KernelBuildError, match="cannot pass"):
         aot.compile_kernel(gemm_kernel, bad, spec.constexprs())
     with pytest.raises(aot.KernelBuildError, match="not all pointer"):
-        aot.compile_kernel(gemm_kernel, spec.signature(), spec.constexprs(), aligned=("M",))
+        aot.compile_kernel(gemm_kernel, spec.signature(), spec.constexprs(), aligned=("N",))
     if eager.interpreting():
         with pytest.raises(aot.KernelBuildError, match="TRITON_INTERPRET=1"):
             aot.compile_kernel(gemm_kernel, spec.signature(), spec.constexprs())

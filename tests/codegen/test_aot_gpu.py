@@ -79,9 +79,11 @@ def test_attention_cubin_is_exact_and_matches_naive() -> None:
 @pytest.mark.parametrize("n, kdim", [(3584, 1024), (1024, 3584)])
 def test_gemm_cubins_are_batch_invariant_across_every_rung(n, kdim) -> None:
     """Each rung of gemm.TILES is batch invariant on its own, and every rung gives the same bits (what lets the
-    tiles depend on the bucket's rows under E3)."""
+    tiles depend on the bucket's rows under E3). 1,100 rows are 9 row tiles of 128: the grouped order's full
+    group of 8 and a partial one. A grid over all rows whose rows pointer holds fewer (gemm.py ROWS) writes
+    those rows' bits and nothing past them."""
     g = torch.Generator().manual_seed(0)
-    x = (torch.randn(300, kdim, generator=g) * 4).bfloat16().cuda()  # wide exponents: rounding differences show
+    x = (torch.randn(1100, kdim, generator=g) * 4).bfloat16().cuda()  # wide exponents: rounding differences show
     w = (torch.randn(n, kdim, generator=g) / kdim**0.5).bfloat16().cuda()
     results = []
     for *_, tiles in TILES[torch.bfloat16]:
@@ -89,9 +91,10 @@ def test_gemm_cubins_are_batch_invariant_across_every_rung(n, kdim) -> None:
         kern = aot.compile_kernel(gemm_kernel, spec.signature(), spec.constexprs(), num_warps=tiles.num_warps,
                                   num_stages=tiles.num_stages)
 
-        def run(x, spec=spec, kern=kern):
+        def run(x, rows=None, spec=spec, kern=kern):
             y = torch.full((x.shape[0], n), float("nan"), dtype=torch.bfloat16, device="cuda")
-            launch_cubin(kern, spec.grid(x.shape[0]), x, w, y, x.shape[0])
+            count = torch.full((1,), x.shape[0] if rows is None else rows, dtype=torch.int32, device="cuda")
+            launch_cubin(kern, spec.grid(x.shape[0]), x, w, y, count)
             return y
 
         full = run(x)
@@ -99,7 +102,9 @@ def test_gemm_cubins_are_batch_invariant_across_every_rung(n, kdim) -> None:
         torch.testing.assert_close(full.double(), x.double() @ w.double().T, atol=16 * atol, rtol=rtol)
         for m in (1, 7, 16, 100):
             assert torch.equal(run(x[:m].contiguous()), full[:m]), (tiles, m)
-        perm = torch.randperm(300, generator=g).cuda()
+        perm = torch.randperm(1100, generator=g).cuda()
         assert torch.equal(run(x[perm].contiguous()), full[perm]), tiles
+        part = run(x, rows=300)
+        assert torch.equal(part[:300], full[:300]) and part[300:].isnan().all(), tiles
         results.append(full)
     assert len(results) > 1 and all(torch.equal(r, results[0]) for r in results[1:])

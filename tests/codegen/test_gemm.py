@@ -78,6 +78,38 @@ def test_grouped_tile_order_writes_every_tile(dtype, device, monkeypatch) -> Non
     assert torch.equal(fused, want_fused)
 
 
+@pytest.mark.parametrize("group_m", [0, 2])
+def test_launches_compute_only_the_rows_their_rows_pointer_holds(group_m, device, monkeypatch) -> None:
+    """A grid over a bucket's rows with the stream's row count in `rows_ptr` (gemm.py ROWS): rows below it
+    have the bits of a launch over those rows alone, for every kernel and in both tile orders; rows past it,
+    and the programs of row tiles past it, write nothing (the NaN fill stays)."""
+    from flidec.codegen import eager, gemm
+
+    dtype = torch.bfloat16
+    tiles = dataclasses.replace(gemm.tiles_for(dtype, 64, 200), group_m=group_m)
+    monkeypatch.setitem(gemm.TILES, dtype, ((gemm.ANY, gemm.ANY, tiles),))
+    bucket = tiles.block_m * 5  # 5 row tiles in the grid
+    x, w = operands(bucket, 200, 32, dtype, device, seed=9)
+    _, w_up = operands(bucket, 200, 32, dtype, device, seed=10)
+    for used in (1, tiles.block_m, 2 * tiles.block_m + 3):  # one row, one whole tile, a partial third tile
+        rows = torch.full((1,), used, dtype=torch.int32, device=device)
+        alone = (linear(x[:used], w), linear_group(x[:used], (w, w_up[:72])), linear_silu_mul(x[:used], w, w_up))
+        y, y0, y1, fused = (torch.full((bucket, n), float("nan"), dtype=dtype, device=device)
+                            for n in (200, 200, 72, 200))
+        launches = (
+            (gemm.gemm_kernel, gemm.gemm_spec(x, w, y), (x, w, y, rows)),
+            (gemm.gemm_group_kernel, gemm.gemm_group_spec(x, (w, w_up[:72]), (y0, y1)),
+             gemm.gemm_group_spec(x, (w, w_up[:72]), (y0, y1)).args(x, (w, w_up[:72]), (y0, y1), rows)),
+            (gemm.gemm_silu_mul_kernel, gemm.silu_mul_spec(x, w, w_up, fused), (x, w, w_up, fused, rows)),
+        )
+        for kernel, spec, args in launches:
+            eager.launch(kernel, spec.grid(bucket), *args, device=device, num_warps=spec.tiles.num_warps,
+                         num_stages=spec.tiles.num_stages, **spec.constexprs())
+        for got, want in zip((y, y0, y1, fused), (alone[0], *alone[1], alone[2])):
+            assert torch.equal(got[:used], want), used
+            assert got[used:].isnan().all(), f"rows past {used} were written"
+
+
 def test_linear_refuses_mismatched_operands() -> None:
     x, w = operands(4, 8, 16, torch.float32, torch.device("cpu"))
     with pytest.raises(ValueError, match="do not compose"):

@@ -75,8 +75,8 @@ def test_path_levels_map_every_path_position_to_its_row(meta: StreamMeta) -> Non
 def test_tables_pad_to_a_bucket_and_refuse_to_overflow_it() -> None:
     segs = (Segment(0, 70, 0, -1, 0), Segment(70, 10, 70, 0, 1))
     meta = build_meta(segs, (), 80)
-    t = tables.query_tiles(meta, 64, num_tiles=6)
-    assert t.tolist() == [[0, 0, 0, 64], [0, 64, 64, 6], [1, 70, 70, 10], [0, 0, 0, 0], [0, 0, 0, 0],
+    t = tables.query_tiles(meta, 64, num_tiles=6)  # longest first: the tiles of positions 64.. then 0..
+    assert t.tolist() == [[0, 64, 64, 6], [1, 70, 70, 10], [0, 0, 0, 64], [0, 0, 0, 0], [0, 0, 0, 0],
                           [0, 0, 0, 0]]
     assert t.dtype == torch.int32
     with pytest.raises(ValueError, match="needs 3 query tiles"):
@@ -96,6 +96,7 @@ def _query_tiles(meta: StreamMeta, block_m: int, num_tiles: int) -> list[list[in
             count = min((pos // block_m + 1) * block_m, s.end) - pos
             rows.append([i, s.start + pos - s.pos0, pos, count])
             pos += count
+    rows.sort(key=lambda r: -(r[2] // block_m))  # longest first (stable: segment order among equals)
     return rows + [[0, 0, 0, 0]] * (num_tiles - len(rows))
 
 
