@@ -54,8 +54,10 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 # A replay's fixed cost in rows, for choosing which pieces share a stream (`_groups`): ~4.5 ms fixed over
 # ~5 us a row (r192 4.9 ms, r1024 8.7 ms, r6144 34.5 ms), measured on the H200 for Qwen3.5-0.8B shapes at
 # 67d2c56 (BENCHMARKS.md). Refitted at 82ad9e4 (r1024 to r32768, one to twelve instances a stream): ~1.3 ms,
-# 2.2 us a bucket row and 1.8 us more a used row, ~600 rows; 600 packs the harness's workloads into the same
-# streams but for mixed, which the fit predicts no faster.
+# 2.2 us a bucket row and 1.8 us more a used row, ~600 rows. Since the GEMMs compute only a stream's rows
+# (68a9448, codegen/gemm.py ROWS), a bucket row costs less: ~1.7 ms, 0.7 us a bucket row and 3.0 us more a
+# used row (six streams, r1024 to r32768), ~2,400 rows. With 600 or 2,400 the harness's workloads pack into
+# the same streams but for mixed, which both fits predict no faster (<1%), so the value stays.
 FIXED_ROWS = 1024
 
 
