@@ -18,7 +18,7 @@ from flidec.models.qwen3_5 import Qwen35
 from flidec.passes import graph
 from flidec.passes.manager import run
 from flidec.passes.pipeline import GRAPH_PIPELINE  # registers the passes
-from flidec.runtime.meta import Read, Segment, build_meta, linear_stream
+from flidec.runtime.meta import Read, Segment, build_meta, linear_stream, pad_meta
 from flidec.runtime.reference.tolerance import TOLERANCE
 
 PIPELINE = list(GRAPH_PIPELINE)
@@ -58,6 +58,26 @@ def test_recording_is_complete_and_round_trips(model) -> None:
     assert ops.count("linear_group") == 4 and ops.count("linear_silu_mul") == 4 and ops.count("linear") == 8
     assert "silu_mul" not in ops
     assert ops[0] == "embedding" and ops[-1] == "label_head"
+
+
+def test_gemms_compute_the_streams_rows_and_past_the_trim_its_reads(model) -> None:
+    """Every projection's rows pointer (codegen/gemm.py ROWS) is a live_rows meta buffer: the stream's rows,
+    or its reads for the last layer's MLP, which trim_reads runs at the read rows; a stream fills the same
+    counts padded to the bucket or not."""
+    _, rec, _ = model
+    buffers = {b.name: b for b in rec.buffers}
+    gemms = [s for s in rec.steps if s.op in ("linear", "linear_group", "linear_silu_mul")]
+    fills = [buffers[s.args[-1].buffer].fill for s in gemms]
+    assert {buffers[s.args[-1].buffer].region for s in gemms} == {"meta"}
+    # the last MLP (silu(gate) * up, then down) is the only work over the reads
+    assert fills == ["live_rows(stream=1,reads=0)"] * (len(gemms) - 2) + ["live_rows(stream=0,reads=1)"] * 2
+    assert [s.grid[0] for s in gemms[-2:]] == [1, 1] and gemms[-2].op == "linear_silu_mul"
+    tokens, meta = forked()
+    padded = torch.zeros(BUCKET.rows, dtype=torch.int64)
+    padded[: len(tokens)] = tokens
+    for stream in ((tokens, meta), (padded, pad_meta(meta, BUCKET.rows))):
+        tables = recording.fill_tables(rec, *stream)
+        assert tables["stream_rows"].tolist() == [89] and tables["read_count"].tolist() == [4]
 
 
 def test_gdn_launches_a_prep_one_state_walk_per_level_then_the_outputs_on_the_bucket_tables(model) -> None:
