@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         every = list(range(work.instances))
         cells = {}
         for cell, instances, offline in (("latency", [0], False), ("offline", every, True)):
-            def call(instances=instances, offline=offline):
+            def call(prepared=prepared, instances=instances, offline=offline):
                 return engine.run(prepared, instances, offline)
 
             call()  # compiles for new shapes

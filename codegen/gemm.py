@@ -3,8 +3,7 @@
 Consumes x [M, K] and W [N, K] (bf16 or fp32, inner dim contiguous) and the count of rows to compute, read
 from device memory (ROWS below); produces those rows of y [M, N] in x's dtype, with fp32 accumulation. One
 program per (BLOCK_M rows, BLOCK_N columns) tile; K is reduced in BLOCK_K steps from 0 upward, in the same
-order for every row, with no split-K, so neither M nor a row's place among the
-tiles changes its result.
+order for every row, with no split-K, so neither M nor a row's place among the tiles changes its result.
 `gemm_group_kernel` runs up to four projections of one x (passes/group_linears.py) in one launch, each tile
 computed as gemm_kernel's would be, so each member has the bits of its own launch.
 The tiles may depend on M (TILES: small launches get more, smaller tiles) without breaking E3 for bf16: on

@@ -13,10 +13,11 @@ optimal; 64-row rounding can force more on instances under 256 rows); else a lad
 instance to the worst case through the row counts 2^k and 3 * 2^k (64, 128, 192, 256, 384, 512, 768, ...:
 padding under a third, where doubling pads up to a half; the row-wise kernels cost in proportion to a
 bucket's rows (the GEMMs only to the stream's: codegen/gemm.py ROWS), and kernels are shared by every
-bucket, so a finer ladder costs a recording and a CUDA graph per bucket, not kernels). Segments, reads, depth and labels per bucket are
-the most an instance of that many rows can have (segments: from the template's least rows per segment,
-`max_segments`), so rows alone decide a single instance's bucket; an instance with more rows than the
-largest bucket takes the eager/split path (TreeProgram.bucket_for returns None).
+bucket, so a finer ladder costs a recording and a CUDA graph per bucket, not kernels). Segments, reads,
+depth and labels per bucket are the most an instance of that many rows can have (segments: from the
+template's least rows per segment, `max_segments`), so rows alone decide a single instance's bucket; an
+instance with more rows than the largest bucket takes the eager/split path (TreeProgram.bucket_for
+returns None).
 """
 
 from __future__ import annotations

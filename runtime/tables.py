@@ -147,8 +147,9 @@ def _tile_columns(meta: StreamMeta, block_m: int) -> tuple[np.ndarray, ...]:
     tile = np.repeat(first, count) + k
     lo = np.maximum(tile * block_m, np.repeat(pos0, count))
     hi = np.minimum((tile + 1) * block_m, np.repeat(end, count))
+    columns = (np.repeat(index, count), np.repeat(start - pos0, count) + lo, lo, hi - lo)
     order = np.argsort(-tile, kind="stable")
-    return tuple(c[order] for c in (np.repeat(index, count), np.repeat(start - pos0, count) + lo, lo, hi - lo))
+    return tuple(c[order] for c in columns)
 
 
 def _write_tiles(out: np.ndarray, columns: tuple[np.ndarray, ...]) -> None:

@@ -83,7 +83,7 @@ def test_gemm_cubins_are_batch_invariant_across_every_rung(n, kdim) -> None:
     group of 8 and a partial one. A grid over all rows whose rows pointer holds fewer (gemm.py ROWS) writes
     those rows' bits and nothing past them."""
     g = torch.Generator().manual_seed(0)
-    x = (torch.randn(1100, kdim, generator=g) * 4).bfloat16().cuda()  # wide exponents: rounding differences show
+    x = (torch.randn(1100, kdim, generator=g) * 4).bfloat16().cuda()  # wide exponents: rounding shows
     w = (torch.randn(n, kdim, generator=g) / kdim**0.5).bfloat16().cuda()
     results = []
     for *_, tiles in TILES[torch.bfloat16]:

@@ -93,7 +93,8 @@ def test_launches_compute_only_the_rows_their_rows_pointer_holds(group_m, device
     _, w_up = operands(bucket, 200, 32, dtype, device, seed=10)
     for used in (1, tiles.block_m, 2 * tiles.block_m + 3):  # one row, one whole tile, a partial third tile
         rows = torch.full((1,), used, dtype=torch.int32, device=device)
-        alone = (linear(x[:used], w), linear_group(x[:used], (w, w_up[:72])), linear_silu_mul(x[:used], w, w_up))
+        head = x[:used]
+        alone = (linear(head, w), linear_group(head, (w, w_up[:72])), linear_silu_mul(head, w, w_up))
         y, y0, y1, fused = (torch.full((bucket, n), float("nan"), dtype=dtype, device=device)
                             for n in (200, 200, 72, 200))
         launches = (

@@ -80,6 +80,22 @@ def test_gemms_compute_the_streams_rows_and_past_the_trim_its_reads(model) -> No
         assert tables["stream_rows"].tolist() == [89] and tables["read_count"].tolist() == [4]
 
 
+def test_a_bucket_with_as_many_reads_as_rows_bounds_its_gemms_by_both() -> None:
+    """When a bucket's rows and reads are equal a projection's rows may be either, so its bound covers both;
+    a projection over neither count is refused at compile time."""
+    from flidec.runtime import tables
+
+    ctx = recording.EmitContext(Bucket("b", rows=64, segments=2, depth=1, reads=64, labels=2))
+    recording._live_rows(ctx, torch.empty(64, 8, device="meta"))
+    assert ctx.derived == {"stream_rows_or_reads": ((1,), torch.int32, "live_rows(stream=1,reads=1)")}
+    with pytest.raises(ValueError, match="neither the bucket's 64 rows nor its 64 reads"):
+        recording._live_rows(ctx, torch.empty(32, 8, device="meta"))
+    reads = tuple(Read(0, (1, 2)) for _ in range(5))  # five reads of one row: more reads than rows
+    meta = build_meta((Segment(0, 3, 0, -1, 0),), reads, 3)
+    req = tables.FillRequest("stream_rows_or_reads", "live_rows(stream=1,reads=1)", (1,))
+    assert tables.fill_meta([req], torch.zeros(3, dtype=torch.int64), meta, ctx.bucket)[req.name].tolist() == [5]
+
+
 def test_gdn_launches_a_prep_one_state_walk_per_level_then_the_outputs_on_the_bucket_tables(model) -> None:
     _, rec, _ = model
     gdn = [s for s in rec.steps if s.op == "fork_gdn_normed"]  # gates computed in the prep, norm in the outputs
