@@ -7,17 +7,16 @@ Consumes a model directory (made like the harness makes it when missing) and the
 loads flide through the harness's adapter (benchmarks/engines/flide.py: its public API, a black box) and,
 per workload, runs the first instance as the harness's latency cell does (one request from flide's CUDA
 graphs) and then every instance as its offline cell does (`run_plans`), each first untimed (flide compiles
-for new shapes), then timed (median of 5 calls, milliseconds, the device waited for) and once under
-torch.profiler: the kernels by total device time and their count. CUPTI reports the kernels a graph replay
-runs like any other. Writes the report as JSON (`--out`) and prints it. A diagnostic, not a benchmark: the
-harness's numbers are benchmarks/run.py's.
+for new shapes), then timed (median of 5 calls after one more, milliseconds, the device waited for) and
+once under torch.profiler: the kernels by total device time and their count (CUPTI reports the kernels a
+graph replay runs like any other). Writes the report as JSON (`--out`) and prints it. A diagnostic, not a
+benchmark: the harness's numbers are benchmarks/run.py's.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -26,40 +25,15 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.source import ensure_flidec
-
-ensure_flidec(ROOT)
-
-import torch
-
-
-def timed_ms(fn, n: int = 5) -> float:
-    times = []
-    for _ in range(n):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return round(statistics.median(times), 3)
+from benchmarks.profile_runtime import kernel_rows, median_ms  # maps flidec's source tree when needed
 
 
 def kernels(fn, top: int = 16) -> list[dict]:
-    """The `top` kernels of one call of fn by device time (microseconds), and the device time of all."""
-    from torch.profiler import ProfilerActivity, profile
-
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    rows = []
-    for e in prof.key_averages():
-        us = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0)
-        if us:
-            rows.append({"kernel": e.key[:90], "calls": e.count, "total_us": round(us, 1)})
-    rows.sort(key=lambda r: -r["total_us"])
-    return [{"kernel": "(all)", "calls": sum(r["calls"] for r in rows),
-             "total_us": round(sum(r["total_us"] for r in rows), 1)}] + rows[:top]
+    """The `top` kernels of one call of fn by device time, after a row for all of them."""
+    rows, _ = kernel_rows(fn)
+    every = {"kernel": "(all)", "calls": sum(r["calls"] for r in rows),
+             "total_us": round(sum(r["total_us"] for r in rows), 1)}
+    return [every, *rows[:top]]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -90,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
                 return engine.run(prepared, instances, offline)
 
             call()  # compiles for new shapes
-            cells[cell] = {"instances": len(instances), "ms": timed_ms(call), "kernels": kernels(call)}
+            cells[cell] = {"instances": len(instances), "ms": median_ms(call, 5), "kernels": kernels(call)}
         report["workloads"][name] = cells
         print(json.dumps({name: cells}), flush=True)
     engine.close()

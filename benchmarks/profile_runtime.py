@@ -85,21 +85,28 @@ def launch_ms(graph, n: int = 10) -> float:
 PER_CALL = ("fork_attention_kernel", "gdn_prep_kernel", "gdn_state_kernel", "gdn_out_kernel")
 
 
-def kernel_table(engine, key: str, top: int = 14) -> tuple[list[dict], dict[str, list[float]]]:
-    """The `top` kernels by device time, and each call's microseconds of the PER_CALL kernels, in order."""
+def kernel_rows(fn) -> tuple[list[dict], object]:
+    """Every kernel of one call of fn by device time, largest first (name, calls, microseconds), and the
+    torch.profiler profile they come from."""
     from torch.profiler import ProfilerActivity, profile
 
-    engine._launch_all(key)
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        engine._launch_all(key)
+        fn()
         torch.cuda.synchronize()
     rows = []
     for e in prof.key_averages():
         us = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0)
         if us:
-            rows.append({"kernel": e.key[:80], "calls": e.count, "total_us": round(us, 1)})
+            rows.append({"kernel": e.key[:90], "calls": e.count, "total_us": round(us, 1)})
     rows.sort(key=lambda r: -r["total_us"])
+    return rows, prof
+
+
+def kernel_table(engine, key: str, top: int = 14) -> tuple[list[dict], dict[str, list[float]]]:
+    """The `top` kernels by device time, and each call's microseconds of the PER_CALL kernels, in order."""
+    engine._launch_all(key)
+    rows, prof = kernel_rows(lambda: engine._launch_all(key))
     calls: dict[str, list[float]] = {name: [] for name in PER_CALL}
     for e in prof.events():
         if e.name in calls:
