@@ -8,9 +8,10 @@ checked (the record type and its reader live in runtime/launch.py). Never Triton
 holds absolute paths and toolchain-dependent keys.
 Relies on Triton 3.6: `triton.compile(ASTSource(...), target=GPUTarget("cuda", cc, 32))` builds for a GPU
 that need not be present (ptxas ships in Triton's wheel), and a compiled kernel takes its non-constexpr
-parameters in order followed by two hidden pointers (global and profile scratch) that we pass as null, so
-kernels that need either scratch buffer, a cluster, a cooperative or PDL launch, or TMA descriptors built on
-the host are refused at build time. Must run in a process where TRITON_INTERPRET is unset.
+parameters in order followed by two hidden pointers, global and profile scratch. The record keeps a kernel's
+global scratch bytes per program (TMA descriptors built on the device live there), which the runtime
+provides; kernels that need profile scratch, a cluster, a cooperative or PDL launch, or TMA descriptors
+built on the host are refused at build time. Must run in a process where TRITON_INTERPRET is unset.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from flidec.ir.errors import FlideError
-from flidec.runtime.launch import CompiledKernel
+from flidec.runtime.launch import SCRATCH_ALIGN, CompiledKernel
 from flidec.runtime.launch import canonical as _canonical
 
 MAX_SHARED = {90: 232448}  # opt-in dynamic shared memory per block, bytes, by compute capability
@@ -86,13 +87,16 @@ def compile_kernel(fn: Any, signature: dict[str, str], constexprs: dict[str, Any
     return CompiledKernel(
         name=md.name, target=target, cubin=bytes(k.asm["cubin"]), params=params,
         constexprs=tuple((n, constexprs[n]) for n in names if n in constexprs), aligned=aligned,
-        num_warps=md.num_warps, num_stages=md.num_stages, shared=md.shared, triton_version=triton.__version__)
+        num_warps=md.num_warps, num_stages=md.num_stages, shared=md.shared, triton_version=triton.__version__,
+        scratch=md.global_scratch_size,
+        scratch_align=md.global_scratch_align if md.global_scratch_size else 1)
 
 
 def _check_launchable(name: str, md: Any, capability: int) -> None:
     problems = []
-    if md.global_scratch_size:
-        problems.append(f"needs {md.global_scratch_size} bytes of global scratch per program")
+    if md.global_scratch_size and SCRATCH_ALIGN % md.global_scratch_align:
+        problems.append(f"needs its global scratch aligned to {md.global_scratch_align} bytes (the runtime "
+                        f"aligns it to {SCRATCH_ALIGN})")
     if md.profile_scratch_size:
         problems.append("needs a profile scratch buffer")
     if md.num_ctas != 1:

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import triton
 import triton.language as tl
 from triton.runtime import interpreter
 from triton.runtime.interpreter import InterpretedFunction
@@ -40,7 +41,14 @@ def launch(kernel: Any, grid: tuple[int, ...], *args: Any, device: torch.device,
     if device.type != "cuda":
         raise RuntimeError(f"a compiled Triton kernel needs CUDA tensors, got {device}; set TRITON_INTERPRET=1 "
                            "before importing triton to run kernels on the CPU")
+    # kernels that build TMA descriptors on the device (codegen/gemm.py PERSISTENT) take Triton's global
+    # scratch, which Triton allocates per launch through this allocator
+    triton.set_allocator(_scratch)
     kernel[grid](*args, **constexprs)
+
+
+def _scratch(size: int, alignment: int, stream: int | None) -> torch.Tensor:
+    return torch.empty(size, dtype=torch.int8, device="cuda")
 
 
 @contextmanager

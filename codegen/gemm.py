@@ -14,8 +14,8 @@ projections' outputs at 192, 1024 and 6,144 rows have identical digests under 7 
 against each other on the hardware. That holds only while every tile runs on wgmma (BLOCK_M a multiple of 64,
 warps a multiple of 4), K is never split and the input precision stays; fp32 (FMA products) keeps one
 choice.
-Later work, not done here: a persistent, TMA-fed Hopper variant (it needs host-built tensor descriptors
-or device-side descriptor creation with a global scratch buffer, which the runtime does not provide yet).
+Above 1,024 rows the kernels are persistent and TMA-fed (PERSISTENT below): the same tiles and K order, so
+the same bits.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ class GemmTiles:
     num_warps: int
     num_stages: int
     group_m: int = 0  # row tiles whose column tiles programs take before the next rows' (_tile); 0: grid order
+    programs: int = 0  # PERSISTENT: this many programs walk the tiles, loading by TMA; 0: a program per tile
 
 
 # Per dtype, rungs of (largest M served, largest N served, tiles): a launch takes the first rung serving its
@@ -49,15 +50,18 @@ class GemmTiles:
 # 6 stages up to 256 rows cut r192's single and grouped projections 1,112 -> 893 us (the SwiGLU kernel, two
 # weight tiles a stage, keeps 4: silu_mul_spec); 64 x 128 tiles at 1,024 rows cut r1024's N = 1,024 launches
 # (out and down projections: 64 programs of 128 x 128) 1,175 -> 833 us, but made the wide ones slower.
-# Tiles walked by a fixed number of programs (persistent, flattened with the K loops) lost at every size.
+# Tiles walked by a fixed number of programs (persistent, flattened with the K loops) lost at every size
+# with pointer loads; fed by TMA they win above 1,024 rows (PERSISTENT), where the last rung takes over
+# (between 1,024 and 6,144 rows the crossover is not measured).
 ANY = 2**31 - 1
-_LARGE = GemmTiles(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=3)
+SMS = 132  # the SMs of an H100 SXM or H200 (sm_90's parts with the most): a persistent launch's programs
 TILES: dict[torch.dtype, tuple[tuple[int, int, GemmTiles], ...]] = {
     torch.bfloat16: ((256, ANY, GemmTiles(block_m=64, block_n=64, block_k=64, num_warps=4, num_stages=6)),
                      (768, ANY, GemmTiles(block_m=64, block_n=64, block_k=64, num_warps=4, num_stages=4)),
                      (1024, 1024, GemmTiles(block_m=64, block_n=128, block_k=64, num_warps=4, num_stages=4)),
-                     (8192, ANY, _LARGE),
-                     (ANY, ANY, dataclasses.replace(_LARGE, group_m=8))),
+                     (1024, ANY, GemmTiles(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=3)),
+                     (ANY, ANY, GemmTiles(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=4,
+                                          group_m=8, programs=SMS))),
     torch.float32: ((ANY, ANY, GemmTiles(block_m=64, block_n=64, block_k=32, num_warps=4, num_stages=2)),),
 }
 
@@ -70,22 +74,23 @@ def tiles_for(dtype: torch.dtype, rows: int, columns: int) -> GemmTiles:
 _DTYPES = {torch.bfloat16: "bf16", torch.float32: "fp32"}
 
 
-# Above 8,192 rows, programs take tiles group_m (8) row tiles at a time, each of those rows' column tiles
+# With group_m, programs take tiles group_m (8) row tiles at a time, each of those rows' column tiles
 # before the next rows' (_tile). At 24,594 rows (the offline path's four QuALITY-like instances, r32768), in
 # the grid's order (all row tiles of a column tile, then the next column tile) x (64 MB at K = 1,024) left L2
 # before the next column tile came back to it: the grouped projections took 33.4 ms against 4.4 at 6,106
 # rows, 7.6x the time for 5.4x the rows. gemm_tiles.py on the H200 (2026-11-30), grouped pass: 24,576 rows
 # 58.7 -> 49.6 ms with groups of 8; 6,144 rows 12.05 -> 12.36 ms (x fits in L2 there), 1,024 rows 2.38 either
-# way; between 6,144 and 24,576 not measured. Which program computes a tile does not change its bits.
+# way; between 6,144 and 24,576 not measured. Which program computes a tile does not change its bits. The
+# persistent rung (PERSISTENT) walks its tiles in this order at every size (measured with it at 6,144 rows).
 
 
 # ROWS: the kernels read how many rows to compute from a device int32 (`rows_ptr`), and the programs of row
-# tiles past it return at once. A bucket's grid covers its rows (or, for the last layer's MLP, its reads:
-# passes/trim_reads.py), but a stream fills only some of them (a ladder pads up to a quarter, the offline
-# path's packs more); the binder writes the stream's count into a `live_rows` meta buffer before each
-# replay, so the projections cost the stream's rows, not the bucket's. Padding rows of y keep whatever they
-# held: no kernel reads them into a stream's row (tables address only a stream's rows and reads, and each
-# row of y depends on its own row of x alone).
+# tiles past it return at once (PERSISTENT: the walk ends at its last tile). A bucket's grid covers its rows
+# (or, for the last layer's MLP, its reads: passes/trim_reads.py), but a stream fills only some of them (a
+# ladder pads up to a quarter, the offline path's packs more); the binder writes the stream's count into a
+# `live_rows` meta buffer before each replay, so the projections cost the stream's rows, not the bucket's.
+# Padding rows of y keep whatever they held: no kernel reads them into a stream's row (tables address only a
+# stream's rows and reads, and each row of y depends on its own row of x alone).
 
 
 @triton.jit
@@ -210,6 +215,123 @@ def gemm_group_kernel(
                        BLOCK_M, BLOCK_N, BLOCK_K)
 
 
+# PERSISTENT: above 1,024 rows `programs` programs (one per SM) walk a launch's tiles in the grouped order
+# (GROUP_M), each tile's K loop flattened into the walk so the next tile's loads are issued during this
+# one's last products and store, and x and W come in by TMA (descriptors built on the device, in Triton's
+# global scratch, which the runtime provides: runtime/launch.py). A tile's products and K order are
+# gemm_kernel's, so its bits are too. The descriptors' row count is the rows pointer's, so TMA returns
+# zeros past the stream's rows and the walk covers only its tiles. On the H200 (2026-11-30, one launch per
+# 0.8B projection shape at 6,144 rows, weighted as a pass; all outputs torch.equal to gemm_kernel's):
+# gemm_kernel's tiles 11.41 ms, persistent 128 x 128 on 4 stages 10.30, flattened 9.47, 128 x 256 9.90,
+# one program per tile with TMA 10.49, cuBLAS 8.65; at 1,024 rows the flattened walk lost (2.58 against
+# 2.51 ms), so the rungs up to 1,024 rows keep a program per tile.
+
+
+@triton.jit
+def _grouped(t, num_m, num_n: tl.constexpr, GROUP_M: tl.constexpr):
+    """(row tile, column tile) of the t-th tile in _tile's order."""
+    if GROUP_M == 0:
+        return t % num_m, t // num_m
+    per_group = GROUP_M * num_n
+    first_m = (t // per_group) * GROUP_M
+    size_m = tl.minimum(num_m - first_m, GROUP_M)
+    return first_m + (t % per_group) % size_m, (t % per_group) // size_m
+
+
+@triton.jit
+def _walk_tiles(x_ptr, w_ptr, y_ptr, M, done,
+                N: tl.constexpr, K: tl.constexpr, X_ST: tl.constexpr, W_ST: tl.constexpr, Y_ST: tl.constexpr,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    """This program's tiles of y = x @ W^T (PERSISTENT). The launch deals its members' tiles to programs as
+    one sequence: `done` tiles of earlier members came before these. Returns done + this member's tiles."""
+    x_desc = tl.make_tensor_descriptor(x_ptr, shape=[M, K], strides=[X_ST, 1], block_shape=[BLOCK_M, BLOCK_K])
+    w_desc = tl.make_tensor_descriptor(w_ptr, shape=[N, K], strides=[W_ST, 1], block_shape=[BLOCK_N, BLOCK_K])
+    num_m = tl.cdiv(M, BLOCK_M)
+    num_n: tl.constexpr = (N + BLOCK_N - 1) // BLOCK_N
+    programs = tl.num_programs(0)
+    for t in tl.range((tl.program_id(0) + programs - done % programs) % programs, num_m * num_n, programs,
+                      flatten=True):
+        pid_m, pid_n = _grouped(t, num_m, num_n, GROUP_M)
+        acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            x = x_desc.load([pid_m * BLOCK_M, k0])
+            w = w_desc.load([pid_n * BLOCK_N, k0])
+            acc = tl.dot(x, w.T, acc, input_precision="ieee")
+        rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        tl.store(y_ptr + rm.to(tl.int64)[:, None] * Y_ST + rn[None, :], acc.to(y_ptr.dtype.element_ty),
+                 mask=(rm[:, None] < M) & (rn[None, :] < N))
+    return done + num_m * num_n
+
+
+@triton.jit
+def gemm_tma_kernel(
+    x_ptr, w_ptr, y_ptr, rows_ptr,
+    N: tl.constexpr, K: tl.constexpr, X_ST: tl.constexpr, W_ST: tl.constexpr, Y_ST: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+):
+    """gemm_kernel's launch, PERSISTENT."""
+    _walk_tiles(x_ptr, w_ptr, y_ptr, tl.load(rows_ptr), 0, N, K, X_ST, W_ST, Y_ST, BLOCK_M, BLOCK_N, BLOCK_K,
+                GROUP_M)
+
+
+@triton.jit
+def gemm_group_tma_kernel(
+    x_ptr,
+    w0_ptr, y0_ptr, w1_ptr, y1_ptr, w2_ptr, y2_ptr, w3_ptr, y3_ptr,
+    rows_ptr,
+    N0: tl.constexpr, N1: tl.constexpr, N2: tl.constexpr, N3: tl.constexpr, K: tl.constexpr,
+    X_ST: tl.constexpr,
+    W_ST0: tl.constexpr, W_ST1: tl.constexpr, W_ST2: tl.constexpr, W_ST3: tl.constexpr,
+    Y_ST0: tl.constexpr, Y_ST1: tl.constexpr, Y_ST2: tl.constexpr, Y_ST3: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+):
+    """gemm_group_kernel's launch, PERSISTENT: each member's tiles walked in turn."""
+    M = tl.load(rows_ptr)
+    done = _walk_tiles(x_ptr, w0_ptr, y0_ptr, M, 0, N0, K, X_ST, W_ST0, Y_ST0,
+                       BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M)
+    done = _walk_tiles(x_ptr, w1_ptr, y1_ptr, M, done, N1, K, X_ST, W_ST1, Y_ST1,
+                       BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M)
+    if N2 > 0:  # static: an unused member's walk is not compiled
+        done = _walk_tiles(x_ptr, w2_ptr, y2_ptr, M, done, N2, K, X_ST, W_ST2, Y_ST2,
+                           BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M)
+    if N3 > 0:
+        _walk_tiles(x_ptr, w3_ptr, y3_ptr, M, done, N3, K, X_ST, W_ST3, Y_ST3, BLOCK_M, BLOCK_N, BLOCK_K,
+                    GROUP_M)
+
+
+@triton.jit
+def gemm_silu_mul_tma_kernel(
+    x_ptr, wg_ptr, wu_ptr, y_ptr, rows_ptr,
+    N: tl.constexpr, K: tl.constexpr, X_ST: tl.constexpr, W_ST: tl.constexpr, Y_ST: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+):
+    """gemm_silu_mul_kernel's launch, PERSISTENT."""
+    M = tl.load(rows_ptr)
+    x_desc = tl.make_tensor_descriptor(x_ptr, shape=[M, K], strides=[X_ST, 1], block_shape=[BLOCK_M, BLOCK_K])
+    wg_desc = tl.make_tensor_descriptor(wg_ptr, shape=[N, K], strides=[W_ST, 1],
+                                        block_shape=[BLOCK_N, BLOCK_K])
+    wu_desc = tl.make_tensor_descriptor(wu_ptr, shape=[N, K], strides=[W_ST, 1],
+                                        block_shape=[BLOCK_N, BLOCK_K])
+    num_m = tl.cdiv(M, BLOCK_M)
+    num_n: tl.constexpr = (N + BLOCK_N - 1) // BLOCK_N
+    for t in tl.range(tl.program_id(0), num_m * num_n, tl.num_programs(0), flatten=True):
+        pid_m, pid_n = _grouped(t, num_m, num_n, GROUP_M)
+        acc_g = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+        acc_u = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            x = x_desc.load([pid_m * BLOCK_M, k0])
+            acc_g = tl.dot(x, wg_desc.load([pid_n * BLOCK_N, k0]).T, acc_g, input_precision="ieee")
+            acc_u = tl.dot(x, wu_desc.load([pid_n * BLOCK_N, k0]).T, acc_u, input_precision="ieee")
+        gate = acc_g.to(y_ptr.dtype.element_ty).to(tl.float32)
+        up = acc_u.to(y_ptr.dtype.element_ty).to(tl.float32)
+        rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        tl.store(y_ptr + rm.to(tl.int64)[:, None] * Y_ST + rn[None, :],
+                 (gate / (1.0 + tl.exp(-gate)) * up).to(y_ptr.dtype.element_ty),
+                 mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
 @dataclass(frozen=True, slots=True)
 class GemmSpec:
     """Everything a GEMM kernel is specialized on (M is a launch argument; its size picked the tiles)."""
@@ -232,8 +354,32 @@ class GemmSpec:
         return {"N": self.n, "K": self.k, "X_ST": x_st, "W_ST": w_st, "Y_ST": y_st,
                 "BLOCK_M": t.block_m, "BLOCK_N": t.block_n, "BLOCK_K": t.block_k, "GROUP_M": t.group_m}
 
-    def grid(self, m: int) -> tuple[int, int]:
-        return (triton.cdiv(m, self.tiles.block_m), triton.cdiv(self.n, self.tiles.block_n))
+    def grid(self, m: int) -> tuple[int, ...]:
+        t = self.tiles
+        return _grid(t, triton.cdiv(m, t.block_m), triton.cdiv(self.n, t.block_n))
+
+    def kernel(self, silu_mul: bool = False) -> object:
+        """The kernel of a launch on this spec: gemm_kernel (gemm_silu_mul_kernel) or its PERSISTENT twin."""
+        if silu_mul:
+            return gemm_silu_mul_tma_kernel if self.tiles.programs else gemm_silu_mul_kernel
+        return gemm_tma_kernel if self.tiles.programs else gemm_kernel
+
+
+def _grid(tiles: GemmTiles, row_tiles: int, column_tiles: int) -> tuple[int, ...]:
+    """A program per tile, or PERSISTENT: `programs` of them (fewer when the launch has fewer tiles)."""
+    if tiles.programs:
+        return (min(tiles.programs, row_tiles * column_tiles),)
+    return (row_tiles, column_tiles)
+
+
+def _tma_ready(tiles: GemmTiles, *ts: torch.Tensor) -> GemmTiles:
+    """`tiles`, or a program per tile where TMA cannot load these tensors: TMA needs 16-byte aligned bases
+    (a recording's buffers all are: runtime/buffers.py) and row strides."""
+    unaligned = (t.stride(0) * t.element_size() % 16 or (t.device.type != "meta" and t.data_ptr() % 16)
+                 for t in ts)
+    if tiles.programs and any(unaligned):
+        return dataclasses.replace(tiles, programs=0)
+    return tiles
 
 
 def gemm_spec(x: torch.Tensor, weight: torch.Tensor, y: torch.Tensor, columns: int | None = None) -> GemmSpec:
@@ -247,7 +393,8 @@ def gemm_spec(x: torch.Tensor, weight: torch.Tensor, y: torch.Tensor, columns: i
         raise ValueError("x, W and y need a contiguous inner dim")
     return GemmSpec(dtype=x.dtype, n=weight.shape[0], k=weight.shape[1],
                     strides=(x.stride(0), weight.stride(0), y.stride(0)),
-                    tiles=tiles_for(x.dtype, x.shape[0], weight.shape[0] if columns is None else columns))
+                    tiles=_tma_ready(tiles_for(x.dtype, x.shape[0], weight.shape[0] if columns is None
+                                               else columns), x, weight))
 
 
 def row_count(x: torch.Tensor) -> torch.Tensor:
@@ -262,7 +409,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = Non
         out = torch.full((x.shape[0], weight.shape[0]), float("nan"), dtype=x.dtype, device=x.device)
     spec = gemm_spec(x, weight, out)
     if x.shape[0] > 0:
-        eager.launch(gemm_kernel, spec.grid(x.shape[0]), x, weight, out, row_count(x), device=x.device,
+        eager.launch(spec.kernel(), spec.grid(x.shape[0]), x, weight, out, row_count(x), device=x.device,
                      num_warps=spec.tiles.num_warps, num_stages=spec.tiles.num_stages, **spec.constexprs())
     return out
 
@@ -287,7 +434,7 @@ def linear_silu_mul(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor,
         out = torch.full((x.shape[0], w_gate.shape[0]), float("nan"), dtype=x.dtype, device=x.device)
     spec = silu_mul_spec(x, w_gate, w_up, out)
     if x.shape[0] > 0:
-        eager.launch(gemm_silu_mul_kernel, spec.grid(x.shape[0]), x, w_gate, w_up, out, row_count(x),
+        eager.launch(spec.kernel(silu_mul=True), spec.grid(x.shape[0]), x, w_gate, w_up, out, row_count(x),
                      device=x.device, num_warps=spec.tiles.num_warps, num_stages=spec.tiles.num_stages,
                      **spec.constexprs())
     return out
@@ -320,8 +467,12 @@ class GemmGroupSpec:
                 | {f"Y_ST{i}": m.strides[2] for i, m in enumerate(padded)}
                 | {"BLOCK_M": t.block_m, "BLOCK_N": t.block_n, "BLOCK_K": t.block_k, "GROUP_M": t.group_m})
 
-    def grid(self, m: int) -> tuple[int, int]:
-        return (triton.cdiv(m, self.tiles.block_m), sum(s.grid(m)[1] for s in self.members))
+    def grid(self, m: int) -> tuple[int, ...]:
+        t = self.tiles
+        return _grid(t, triton.cdiv(m, t.block_m), sum(triton.cdiv(s.n, t.block_n) for s in self.members))
+
+    def kernel(self) -> object:
+        return gemm_group_tma_kernel if self.tiles.programs else gemm_group_kernel
 
     def args(self, x: object, weights: tuple, outs: tuple, rows: object) -> tuple:
         """The launch's arguments: x, then (W_i, y_i) per member (member 0's again for unused ones), the
@@ -337,6 +488,9 @@ def gemm_group_spec(x: torch.Tensor, weights: tuple[torch.Tensor, ...], outs: tu
                          f"and {len(outs)} outputs")
     columns = sum(w.shape[0] for w in weights)
     members = tuple(gemm_spec(x, w, y, columns) for w, y in zip(weights, outs))
+    if len({m.tiles for m in members}) > 1:  # some member's W cannot be loaded by TMA: none is (_tma_ready)
+        per_tile = dataclasses.replace(members[0].tiles, programs=0)
+        members = tuple(dataclasses.replace(m, tiles=per_tile) for m in members)
     if len({w.dtype for w in weights}) != 1:
         raise ValueError("a group's weights share one dtype")
     return GemmGroupSpec(members)
@@ -350,7 +504,7 @@ def linear_group(x: torch.Tensor, weights: tuple[torch.Tensor, ...],
                      for w in weights)
     spec = gemm_group_spec(x, weights, outs)
     if x.shape[0] > 0:
-        eager.launch(gemm_group_kernel, spec.grid(x.shape[0]), *spec.args(x, weights, outs, row_count(x)),
+        eager.launch(spec.kernel(), spec.grid(x.shape[0]), *spec.args(x, weights, outs, row_count(x)),
                      device=x.device, num_warps=spec.tiles.num_warps, num_stages=spec.tiles.num_stages,
                      **spec.constexprs())
     return outs

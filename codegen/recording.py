@@ -204,7 +204,7 @@ def _live_rows(ctx: EmitContext, x: torch.Tensor) -> torch.Tensor:
 def _gemm(ctx: EmitContext, out: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> list[KernelCall]:
     spec = gemm.gemm_spec(x, w, out)
     t = spec.tiles
-    return [KernelCall(gemm.gemm_kernel, spec.grid(x.shape[0]), (x, w, out, _live_rows(ctx, x)),
+    return [KernelCall(spec.kernel(), spec.grid(x.shape[0]), (x, w, out, _live_rows(ctx, x)),
                        spec.signature(), spec.constexprs(), t.num_warps, t.num_stages)]
 
 
@@ -212,7 +212,7 @@ def _gemm_group(ctx: EmitContext, outs: tuple[torch.Tensor, ...], x: torch.Tenso
                 weights: tuple[torch.Tensor, ...]) -> list[KernelCall]:
     spec = gemm.gemm_group_spec(x, weights, outs)
     t = spec.tiles
-    return [KernelCall(gemm.gemm_group_kernel, spec.grid(x.shape[0]),
+    return [KernelCall(spec.kernel(), spec.grid(x.shape[0]),
                        spec.args(x, weights, outs, _live_rows(ctx, x)), spec.signature(), spec.constexprs(),
                        t.num_warps, t.num_stages)]
 
@@ -221,7 +221,7 @@ def _gemm_silu_mul(ctx: EmitContext, out: torch.Tensor, x: torch.Tensor, w_gate:
                    w_up: torch.Tensor) -> list[KernelCall]:
     spec = gemm.silu_mul_spec(x, w_gate, w_up, out)
     t = spec.tiles
-    return [KernelCall(gemm.gemm_silu_mul_kernel, spec.grid(x.shape[0]),
+    return [KernelCall(spec.kernel(silu_mul=True), spec.grid(x.shape[0]),
                        (x, w_gate, w_up, out, _live_rows(ctx, x)), spec.signature(gemm.SILU_MUL_POINTERS),
                        spec.constexprs(), t.num_warps, t.num_stages)]
 
@@ -305,9 +305,10 @@ def _pw(fn: Callable[..., KernelCall]) -> Emitter:
     return lambda ctx, out, *args, **kwargs: [fn(out, *args, **kwargs)]
 
 
-register_emitter("linear", _gemm, (gemm.gemm_kernel,))
-register_emitter("linear_group", _gemm_group, (gemm.gemm_group_kernel,))
-register_emitter("linear_silu_mul", _gemm_silu_mul, (gemm.gemm_silu_mul_kernel,))
+register_emitter("linear", _gemm, (gemm.gemm_kernel, gemm.gemm_tma_kernel))
+register_emitter("linear_group", _gemm_group, (gemm.gemm_group_kernel, gemm.gemm_group_tma_kernel))
+register_emitter("linear_silu_mul", _gemm_silu_mul,
+                 (gemm.gemm_silu_mul_kernel, gemm.gemm_silu_mul_tma_kernel))
 register_emitter("fork_conv_static", _conv, (conv.fork_conv_kernel,))
 register_emitter("fork_gdn_static", _gdn, (gdn.gdn_prep_kernel, gdn.gdn_state_kernel, gdn.gdn_out_kernel))
 register_emitter("fork_gdn_gated", _gdn_gated, ())

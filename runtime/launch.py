@@ -2,13 +2,14 @@
 
 Consumes an artifact's kernel records (`kernels/<digest>.json` + `.cubin`, written by codegen/aot.py, which
 imports the record type and reader from here) and a recording's steps resolved to pointers by
-runtime/buffers.py; produces launches through a Launcher. `CudaLauncher` loads cubins with cuda.core
-(imported lazily: only on the GPU path) and launches them on torch's current stream: block = 32 x num_warps
-threads, `shared` bytes of dynamic shared memory (above 48 KiB the kernel's attribute is raised first),
-arguments = pointers as ints, scalars as fixed-width numpy values, then HIDDEN_PARAMS null pointers (Triton
-3.6 appends global- and profile-scratch pointers; the build refuses kernels that need either). The cuda.core
-Stream wrapper is cached per stream handle (an uncached wrap costs ~18 us per launch). Tests substitute a
-recording launcher for CudaLauncher and check the exact argument values.
+runtime/buffers.py; produces launches through a Launcher. `CudaLauncher` loads cubins with cuda.core (imported
+lazily: only on the GPU path) and launches them on torch's current stream: block = 32 x num_warps threads,
+`shared` bytes of dynamic shared memory (above 48 KiB the kernel's attribute is raised first), arguments =
+pointers as ints, scalars as fixed-width numpy values, then HIDDEN_PARAMS pointers (Triton 3.6 appends global-
+and profile-scratch pointers: the global one is the engine's scratch buffer for kernels that need it,
+`scratch` bytes a program, and null otherwise; the build refuses kernels needing profile scratch). The
+cuda.core Stream wrapper is cached per stream handle (an uncached wrap costs ~18 us per launch). Tests
+substitute a recording launcher for CudaLauncher and check the exact argument values.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import numpy as np
 from flidec.ir.errors import ArtifactError
 
 HIDDEN_PARAMS = 2  # Triton 3.6 appends global-scratch and profile-scratch pointers to every kernel
+SCRATCH_ALIGN = 256  # the global scratch buffer's alignment (torch's CUDA allocations are 512-byte aligned)
 DEFAULT_SHARED = 48 * 1024  # dynamic shared memory a launch may use without opting in
 SCALARS: dict[str, type] = {  # Triton scalar type -> the numpy type its value is passed as
     "i1": np.bool_, "i8": np.int8, "i16": np.int16, "i32": np.int32, "i64": np.int64,
@@ -40,7 +42,8 @@ class CompiledKernel:
     Launch: grid from the recording, block = (32 * num_warps, 1, 1), `shared` bytes of dynamic shared memory
     (above 48 KiB the launcher must raise the function's max-dynamic-shared-memory attribute first),
     arguments = `params` in order (pointers as ints, scalars as numpy values of their type) then
-    HIDDEN_PARAMS null pointers. Pointers named in `aligned` were compiled assuming 16-byte alignment.
+    HIDDEN_PARAMS pointers: global scratch of `scratch` bytes a program (null when 0), and null. Pointers
+    named in `aligned` were compiled assuming 16-byte alignment.
     """
 
     name: str  # the cubin's entry point
@@ -53,6 +56,8 @@ class CompiledKernel:
     num_stages: int
     shared: int
     triton_version: str
+    scratch: int = 0  # global scratch bytes per program (TMA descriptors built on the device)
+    scratch_align: int = 1
 
     @property
     def threads(self) -> int:
@@ -100,7 +105,8 @@ def read_kernel(directory: str | Path, digest: str) -> CompiledKernel:
         params=tuple((n, t) for n, t in meta["params"]),
         constexprs=tuple((n, v) for n, v in meta["constexprs"]), aligned=tuple(meta["aligned"]),
         num_warps=meta["num_warps"], num_stages=meta["num_stages"], shared=meta["shared"],
-        triton_version=meta["triton_version"])
+        triton_version=meta["triton_version"], scratch=meta.get("scratch", 0),
+        scratch_align=meta.get("scratch_align", 1))
 
 
 # ---- argument packing ---------------------------------------------------------------------------------------
@@ -115,11 +121,21 @@ class Launch:
     args: tuple[Any, ...]  # pointers (int), scalars (numpy), then HIDDEN_PARAMS zeros
 
 
+def scratch_bytes(kernel: CompiledKernel, grid: tuple[int, int, int]) -> int:
+    """The global scratch a launch of `kernel` over `grid` takes (0 when it takes none)."""
+    return kernel.scratch * grid[0] * grid[1] * grid[2]
+
+
 def pack_args(kernel: CompiledKernel, args: Sequence[Any], pointer: Callable[[Any], int],
-              where: str) -> tuple[Any, ...]:
+              where: str, scratch: int = 0) -> tuple[Any, ...]:
     """The launch values of a recorded step's arguments: a tensor argument (its `buffer` set) becomes
-    `pointer(arg)`, a scalar its value as the parameter's numpy type; then the hidden null pointers.
-    ArtifactError when the recording and the kernel's parameters disagree (count, pointer vs scalar, type)."""
+    `pointer(arg)`, a scalar its value as the parameter's numpy type; then the hidden pointers: `scratch`
+    (the address of a buffer of at least scratch_bytes) for a kernel that takes global scratch, else null,
+    and null. ArtifactError when the recording and the kernel's parameters disagree (count, pointer vs
+    scalar, type), or when the kernel needs scratch and none is given."""
+    if kernel.scratch and not scratch:
+        raise ArtifactError(f"{where}: {kernel.name} needs {kernel.scratch} bytes of global scratch a "
+                            "program, and no scratch buffer was given")
     if len(args) != len(kernel.params):
         raise ArtifactError(f"{where}: {len(args)} arguments for {kernel.name}'s {len(kernel.params)} parameters")
     values: list[Any] = []
@@ -133,7 +149,7 @@ def pack_args(kernel: CompiledKernel, args: Sequence[Any], pointer: Callable[[An
                 raise ArtifactError(f"{where}: {kernel.name}.{name} is a {typ} scalar, the recording passes "
                                     f"{a.buffer or a.scalar!r}")
             values.append(SCALARS[typ](a.value))
-    return (*values, *([0] * HIDDEN_PARAMS))
+    return (*values, scratch if kernel.scratch else 0, *([0] * (HIDDEN_PARAMS - 1)))
 
 
 def grid3(grid: Sequence[int]) -> tuple[int, int, int]:

@@ -45,7 +45,15 @@ from flidec.runtime.answers import assemble
 from flidec.runtime.artifact import load_manifest, weights_dir
 from flidec.runtime.binder import Bound, Plan, Shape, Site, bound_from_plans, merge_chains
 from flidec.runtime.buffers import DeviceBuffers, MetaStage, RecordingPlan, read_recording
-from flidec.runtime.launch import CompiledKernel, Launch, Launcher, grid3, pack_args, read_kernel
+from flidec.runtime.launch import (
+    CompiledKernel,
+    Launch,
+    Launcher,
+    grid3,
+    pack_args,
+    read_kernel,
+    scratch_bytes,
+)
 from flidec.runtime.meta import Stream, build_meta, pad_meta
 from flidec.runtime.next_token import NextTokenFormat
 from flidec.runtime.templates import _TemplateWalker
@@ -158,6 +166,11 @@ class GraphEngine:
         self.stream = torch.cuda.current_stream(device) if device.type == "cuda" else None
         self.capture = graphs
         self.graphs: dict[str, Any] = {}
+        # one global scratch buffer for every launch that takes one (TMA descriptors built on the device):
+        # a bucket's launches run one after another on one stream, and so do its replays
+        need = max((scratch_bytes(self.kernels[step.kernel], grid3(step.grid))
+                    for plan in self.plans.values() for step in plan.steps), default=0)
+        self.scratch = torch.empty(need, dtype=torch.uint8, device=device) if need else None
 
     def resolve(self, name: str) -> tuple[tuple[object, Launch], ...]:
         """The bucket's launches: (kernel handle, packed arguments) per recorded step, made at the first call."""
@@ -168,7 +181,8 @@ class GraphEngine:
                 (self.handles[step.kernel],
                  Launch(self.kernels[step.kernel], grid3(step.grid),
                         pack_args(self.kernels[step.kernel], step.args, lambda a: self.buffers.pointer(plan, a),
-                                  f"bucket {name}, step {i} ({step.node})")))
+                                  f"bucket {name}, step {i} ({step.node})",
+                                  0 if self.scratch is None else self.scratch.data_ptr())))
                 for i, step in enumerate(plan.steps))
         return launches
 

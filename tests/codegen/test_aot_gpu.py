@@ -1,5 +1,6 @@
 """GPU tier: the AOT cubins launch through cuda.core the way the runtime will (pointers as ints, scalars as
-numpy values, then the hidden null pointers), agree with the oracle, and keep E3 on the hardware."""
+numpy values, then the hidden pointers: global scratch where a kernel takes it), agree with the oracle, and
+keep E3 on the hardware."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import torch
 
 from flidec.codegen import aot
 from flidec.codegen.attention import AttentionSpec, fork_attention_kernel
-from flidec.codegen.gemm import TILES, GemmSpec, gemm_kernel
+from flidec.codegen.gemm import TILES, GemmSpec
 from flidec.runtime import tables
 from flidec.runtime.launch import HIDDEN_PARAMS, CompiledKernel
 from flidec.runtime.meta import Segment, build_meta
@@ -37,7 +38,10 @@ def launch_cubin(k: CompiledKernel, grid: tuple[int, ...], *args) -> None:
     values = []
     for (name, typ), a in zip(k.params, args, strict=True):
         values.append(a.data_ptr() if typ.startswith("*") else _NUMPY[typ](a))
-    values += [0] * HIDDEN_PARAMS
+    # global scratch for device-built TMA descriptors (codegen/gemm.py PERSISTENT), as the engine provides it
+    scratch = torch.empty(k.scratch * int(np.prod(grid)), dtype=torch.uint8, device="cuda") if k.scratch \
+        else None
+    values += [0 if scratch is None else scratch.data_ptr()] + [0] * (HIDDEN_PARAMS - 1)
     stream = Stream.from_handle(torch.cuda.current_stream().cuda_stream)
     launch(stream, LaunchConfig(grid=grid, block=(k.threads, 1, 1), shmem_size=k.shared), kernel, *values)
     torch.cuda.synchronize()
@@ -88,8 +92,8 @@ def test_gemm_cubins_are_batch_invariant_across_every_rung(n, kdim) -> None:
     results = []
     for *_, tiles in TILES[torch.bfloat16]:
         spec = GemmSpec(torch.bfloat16, n, kdim, (kdim, kdim, n), tiles)
-        kern = aot.compile_kernel(gemm_kernel, spec.signature(), spec.constexprs(), num_warps=tiles.num_warps,
-                                  num_stages=tiles.num_stages)
+        kern = aot.compile_kernel(spec.kernel(), spec.signature(), spec.constexprs(),
+                                  num_warps=tiles.num_warps, num_stages=tiles.num_stages)
 
         def run(x, rows=None, spec=spec, kern=kern):
             y = torch.full((x.shape[0], n), float("nan"), dtype=torch.bfloat16, device="cuda")

@@ -78,15 +78,17 @@ def test_grouped_tile_order_writes_every_tile(dtype, device, monkeypatch) -> Non
     assert torch.equal(fused, want_fused)
 
 
-@pytest.mark.parametrize("group_m", [0, 2])
-def test_launches_compute_only_the_rows_their_rows_pointer_holds(group_m, device, monkeypatch) -> None:
+@pytest.mark.parametrize("group_m, programs", [(0, 0), (2, 0), (2, 3), (0, 2)])
+def test_launches_compute_only_the_rows_their_rows_pointer_holds(group_m, programs, device,
+                                                                  monkeypatch) -> None:
     """A grid over a bucket's rows with the stream's row count in `rows_ptr` (gemm.py ROWS): rows below it
-    have the bits of a launch over those rows alone, for every kernel and in both tile orders; rows past it,
-    and the programs of row tiles past it, write nothing (the NaN fill stays)."""
+    have the bits of a launch over those rows alone, for every kernel, in both tile orders and PERSISTENT
+    (fewer programs than tiles: each walks several); rows past it, and the programs of row tiles past it,
+    write nothing (the NaN fill stays)."""
     from flidec.codegen import eager, gemm
 
     dtype = torch.bfloat16
-    tiles = dataclasses.replace(gemm.tiles_for(dtype, 64, 200), group_m=group_m)
+    tiles = dataclasses.replace(gemm.tiles_for(dtype, 64, 200), group_m=group_m, programs=programs)
     monkeypatch.setitem(gemm.TILES, dtype, ((gemm.ANY, gemm.ANY, tiles),))
     bucket = tiles.block_m * 5  # 5 row tiles in the grid
     x, w = operands(bucket, 200, 32, dtype, device, seed=9)
@@ -97,18 +99,62 @@ def test_launches_compute_only_the_rows_their_rows_pointer_holds(group_m, device
         alone = (linear(head, w), linear_group(head, (w, w_up[:72])), linear_silu_mul(head, w, w_up))
         y, y0, y1, fused = (torch.full((bucket, n), float("nan"), dtype=dtype, device=device)
                             for n in (200, 200, 72, 200))
+        group = gemm.gemm_group_spec(x, (w, w_up[:72]), (y0, y1))
+        silu_mul = gemm.silu_mul_spec(x, w, w_up, fused)
         launches = (
-            (gemm.gemm_kernel, gemm.gemm_spec(x, w, y), (x, w, y, rows)),
-            (gemm.gemm_group_kernel, gemm.gemm_group_spec(x, (w, w_up[:72]), (y0, y1)),
-             gemm.gemm_group_spec(x, (w, w_up[:72]), (y0, y1)).args(x, (w, w_up[:72]), (y0, y1), rows)),
-            (gemm.gemm_silu_mul_kernel, gemm.silu_mul_spec(x, w, w_up, fused), (x, w, w_up, fused, rows)),
+            (gemm.gemm_spec(x, w, y).kernel(), gemm.gemm_spec(x, w, y), (x, w, y, rows)),
+            (group.kernel(), group, group.args(x, (w, w_up[:72]), (y0, y1), rows)),
+            (silu_mul.kernel(silu_mul=True), silu_mul, (x, w, w_up, fused, rows)),
         )
+        assert all((k.__name__.endswith("_tma_kernel")) == bool(programs) for k, _, _ in launches)
         for kernel, spec, args in launches:
             eager.launch(kernel, spec.grid(bucket), *args, device=device, num_warps=spec.tiles.num_warps,
                          num_stages=spec.tiles.num_stages, **spec.constexprs())
         for got, want in zip((y, y0, y1, fused), (alone[0], *alone[1], alone[2])):
             assert torch.equal(got[:used], want), used
             assert got[used:].isnan().all(), f"rows past {used} were written"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_persistent_launches_equal_a_program_per_tile(dtype, device, monkeypatch) -> None:
+    """PERSISTENT (gemm.py): 3 programs walking 12 row tiles of each member in the grouped order, the
+    members' tiles dealt as one sequence (a group of widths 200, 72 and 16: partial and narrow column tiles),
+    K not a whole number of K tiles (TMA's zero fill): every output has the bits of a program per tile."""
+    from flidec.codegen import gemm
+
+    per_tile = dataclasses.replace(gemm.tiles_for(dtype, 64, 200), group_m=8)
+    persistent = dataclasses.replace(per_tile, programs=3)
+    m = per_tile.block_m * 11 + 5
+    x, w = operands(m, 200, 40, dtype, device, seed=11)
+    _, w_up = operands(m, 200, 40, dtype, device, seed=12)
+    members = (w, w_up[:72], w_up[100:116])
+    outputs = {}
+    for tiles in (per_tile, persistent):
+        monkeypatch.setitem(gemm.TILES, dtype, ((gemm.ANY, gemm.ANY, tiles),))
+        grid = gemm.gemm_spec(x, w, torch.empty(m, 200, dtype=dtype)).grid(m)
+        assert grid == ((3,) if tiles.programs else (12, 4))
+        outputs[tiles.programs] = (linear(x, w), *linear_group(x, members), linear_silu_mul(x, w, w_up))
+    for got, want in zip(outputs[3], outputs[0], strict=True):
+        assert not got.isnan().any() and torch.equal(got, want)
+
+
+def test_persistent_tiles_fall_back_where_tma_cannot_load(monkeypatch) -> None:
+    """TMA needs 16-byte row strides and bases: a launch on an x with a 100-element (200-byte) row stride, or
+    an x starting 2 bytes into its storage, gets a program per tile; a group falls back as a whole."""
+    from flidec.codegen import gemm
+
+    tiles = dataclasses.replace(gemm.tiles_for(torch.bfloat16, 64, 200), programs=3)
+    monkeypatch.setitem(gemm.TILES, torch.bfloat16, ((gemm.ANY, gemm.ANY, tiles),))
+    x, w = operands(64, 72, 96, torch.bfloat16, torch.device("cpu"))
+    y = torch.empty(64, 72, dtype=torch.bfloat16)
+    assert gemm.gemm_spec(x, w, y).tiles == tiles
+    wide = torch.zeros(64, 100, dtype=torch.bfloat16)
+    assert gemm.gemm_spec(wide[:, :96], w, y).tiles == dataclasses.replace(tiles, programs=0)
+    shifted = torch.zeros(64 * 96 + 1, dtype=torch.bfloat16)[1:].view(64, 96)  # 2 bytes into its storage
+    assert gemm.gemm_spec(shifted, w, y).tiles.programs == 0
+    odd = torch.zeros(72, 100, dtype=torch.bfloat16)[:, :96]
+    assert gemm.gemm_group_spec(x, (w, odd), (y, y)).kernel() is gemm.gemm_group_kernel
+    assert gemm.gemm_group_spec(x, (w, w), (y, y)).kernel() is gemm.gemm_group_tma_kernel
 
 
 def test_linear_refuses_mismatched_operands() -> None:

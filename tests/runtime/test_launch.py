@@ -1,8 +1,9 @@
 """The runtime's view of a recording and its launches, checked against codegen on the CPU: the plan read from
 the recording's JSON has codegen's buffers and offsets; the meta region the binder stages holds exactly the
-tables codegen's player fills; every launch passes the exact pointer (base + byte offset + element offset)
-and fixed-width scalar values, then the hidden null pointers; and the whole engine (one arena, meta staged,
-launches in order) run through the Triton interpreter gives the player's logits bit for bit."""
+tables codegen's player fills; every launch passes the exact pointer (base + byte offset + element offset) and
+fixed- width scalar values, then the hidden pointers (global scratch where a kernel takes it); and the whole
+engine (one arena, meta staged, launches in order) run through the Triton interpreter gives the player's
+logits bit for bit."""
 
 from __future__ import annotations
 
@@ -163,6 +164,32 @@ def test_launches_pass_exact_pointers_and_scalars(recorded) -> None:
             assert value == base + a.offset * size, (step.node, a.buffer)
     engine.run("t", BUCKET, _padded(Stream(*forked()), BUCKET.rows))
     assert len(launcher.launched) == len(rec.steps)
+
+
+def test_kernels_taking_global_scratch_get_the_engines_buffer(recorded) -> None:
+    """A kernel that builds TMA descriptors on the device (codegen/gemm.py PERSISTENT) takes Triton's global
+    scratch, `scratch` bytes a program: the engine holds one buffer for the largest such launch and passes
+    its address as the first hidden pointer of those launches only; pack_args refuses such a kernel without
+    one."""
+    import dataclasses
+
+    rec, plan, weights = recorded
+    kernels = fake_records(rec)
+    taking = {key for key in kernels if key.startswith("gemm")} or {next(iter(kernels))}
+    kernels |= {key: dataclasses.replace(kernels[key], scratch=384, scratch_align=128) for key in taking}
+    engine = GraphEngine({"t/b0": plan}, kernels, weights, torch.device("cpu"), RecordingLauncher(),
+                         graphs=False)
+    programs = [int(np.prod(s.grid)) for s in plan.steps if s.kernel in taking]
+    assert programs and engine.scratch.numel() == 384 * max(programs)
+    for step, (_, launch) in zip(plan.steps, engine.resolve("t/b0"), strict=True):
+        first_hidden = launch.args[-HIDDEN_PARAMS]
+        assert first_hidden == (engine.scratch.data_ptr() if step.kernel in taking else 0), step.node
+        assert launch.args[-HIDDEN_PARAMS + 1:] == (0,) * (HIDDEN_PARAMS - 1)
+    step = next(s for s in plan.steps if s.kernel in taking)
+    with pytest.raises(ArtifactError, match="needs 384 bytes of global scratch a program"):
+        pack_args(kernels[step.kernel], step.args, lambda a: 1, "step 0")
+    assert GraphEngine({"t/b0": plan}, fake_records(rec), weights, torch.device("cpu"), RecordingLauncher(),
+                       graphs=False).scratch is None
 
 
 def test_mismatched_arguments_are_refused(recorded) -> None:
