@@ -38,11 +38,14 @@ _DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 @triton.jit
 def fork_conv_kernel(
     x_ptr, w_ptr, out_ptr,
-    taps_ptr,  # int32 [num_rows, TAPS]
-    num_rows,  # i32: rows of the taps table (the bucket's rows)
+    taps_ptr,  # int32 [rows of the grid, TAPS]
+    rows_ptr,  # *i32: how many rows to compute (codegen/gemm.py ROWS: the stream's, in a replay)
     X_ST: tl.constexpr, W_ST: tl.constexpr, O_ST: tl.constexpr,  # row strides, in elements
     C: tl.constexpr, TAPS: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
 ):
+    num_rows = tl.load(rows_ptr)
+    if tl.program_id(0) * BLOCK_R >= num_rows:
+        return
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     in_table = rows < num_rows
@@ -76,7 +79,7 @@ class ConvSpec:
     def signature(self) -> dict[str, str]:
         ptr = "*" + _DTYPES[self.dtype]
         sig = {"x_ptr": ptr, "w_ptr": "*" + _DTYPES[self.weight_dtype], "out_ptr": ptr, "taps_ptr": "*i32",
-               "num_rows": "i32"}
+               "rows_ptr": "*i32"}
         return sig | {name: "constexpr" for name in self.constexprs()}
 
     def constexprs(self) -> dict[str, int]:
@@ -109,6 +112,6 @@ def fork_conv(x: torch.Tensor, weight: torch.Tensor, meta: StreamMeta, out: torc
         out = torch.full(x.shape, float("nan"), dtype=x.dtype, device=x.device)
     spec = conv_spec(x, weight, out)
     taps = conv_taps(meta, rows).to(x.device)
-    eager.launch(fork_conv_kernel, spec.grid(taps.shape[0]), x, weight, out, taps, taps.shape[0],
-                 device=x.device, **spec.constexprs())
+    eager.launch(fork_conv_kernel, spec.grid(taps.shape[0]), x, weight, out, taps,
+                 eager.row_count(taps.shape[0], x.device), device=x.device, **spec.constexprs())
     return out

@@ -47,6 +47,12 @@ def launch(kernel: Any, grid: tuple[int, ...], *args: Any, device: torch.device,
     kernel[grid](*args, **constexprs)
 
 
+def row_count(rows: int, device: torch.device) -> torch.Tensor:
+    """The rows pointer of an eager launch over `rows` rows (codegen/gemm.py ROWS): an int32 on `device`,
+    filled there (no copy from the host to wait for)."""
+    return torch.full((1,), rows, dtype=torch.int32, device=device)
+
+
 def _scratch(size: int, alignment: int, stream: int | None) -> torch.Tensor:
     return torch.empty(size, dtype=torch.int8, device="cuda")
 

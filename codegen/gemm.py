@@ -55,13 +55,14 @@ class GemmTiles:
 # (between 1,024 and 6,144 rows the crossover is not measured).
 ANY = 2**31 - 1
 SMS = 132  # the SMs of an H100 SXM or H200 (sm_90's parts with the most): a persistent launch's programs
+# 128 x 128 tiles a program each: on 4 stages the grouped launch's pointer loads need 256 KiB of shared memory
+_PER_TILE = GemmTiles(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=3)
 TILES: dict[torch.dtype, tuple[tuple[int, int, GemmTiles], ...]] = {
     torch.bfloat16: ((256, ANY, GemmTiles(block_m=64, block_n=64, block_k=64, num_warps=4, num_stages=6)),
                      (768, ANY, GemmTiles(block_m=64, block_n=64, block_k=64, num_warps=4, num_stages=4)),
                      (1024, 1024, GemmTiles(block_m=64, block_n=128, block_k=64, num_warps=4, num_stages=4)),
-                     (1024, ANY, GemmTiles(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=3)),
-                     (ANY, ANY, GemmTiles(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=4,
-                                          group_m=8, programs=SMS))),
+                     (1024, ANY, _PER_TILE),
+                     (ANY, ANY, dataclasses.replace(_PER_TILE, num_stages=4, group_m=8, programs=SMS))),
     torch.float32: ((ANY, ANY, GemmTiles(block_m=64, block_n=64, block_k=32, num_warps=4, num_stages=2)),),
 }
 
@@ -378,7 +379,7 @@ def _tma_ready(tiles: GemmTiles, *ts: torch.Tensor) -> GemmTiles:
     unaligned = (t.stride(0) * t.element_size() % 16 or (t.device.type != "meta" and t.data_ptr() % 16)
                  for t in ts)
     if tiles.programs and any(unaligned):
-        return dataclasses.replace(tiles, programs=0)
+        return dataclasses.replace(tiles, programs=0, num_stages=_PER_TILE.num_stages)
     return tiles
 
 
@@ -397,19 +398,14 @@ def gemm_spec(x: torch.Tensor, weight: torch.Tensor, y: torch.Tensor, columns: i
                                                else columns), x, weight))
 
 
-def row_count(x: torch.Tensor) -> torch.Tensor:
-    """The rows pointer of an eager launch over all of x's rows: an int32 on x's device, filled there (no
-    copy from the host to wait for)."""
-    return torch.full((1,), x.shape[0], dtype=torch.int32, device=x.device)
-
-
 def linear(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """y = x @ W^T, run eagerly (JIT on CUDA, interpreter on CPU). `out` defaults to a NaN-filled tensor."""
     if out is None:
         out = torch.full((x.shape[0], weight.shape[0]), float("nan"), dtype=x.dtype, device=x.device)
     spec = gemm_spec(x, weight, out)
     if x.shape[0] > 0:
-        eager.launch(spec.kernel(), spec.grid(x.shape[0]), x, weight, out, row_count(x), device=x.device,
+        rows = eager.row_count(len(x), x.device)
+        eager.launch(spec.kernel(), spec.grid(x.shape[0]), x, weight, out, rows, device=x.device,
                      num_warps=spec.tiles.num_warps, num_stages=spec.tiles.num_stages, **spec.constexprs())
     return out
 
@@ -417,14 +413,25 @@ def linear(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = Non
 SILU_MUL_POINTERS = ("x_ptr", "wg_ptr", "wu_ptr", "y_ptr")
 
 
+# The SwiGLU launch is PERSISTENT only above 8,192 rows, and a program per tile below (128 x 128 tiles on 3
+# stages, as before it): in the replays (profile_runtime on the H200, 2026-11-30) its persistent form was
+# slower at r1536 (845 -> 900 us) and r6144 (4,278 -> 4,339 us), faster at r32768 (16,623 -> 15,872 us),
+# while the single and grouped projections gained 10-22% at all three.
+SILU_MUL_PERSISTENT_ROWS = 8192
+
+
 def silu_mul_spec(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, y: torch.Tensor) -> GemmSpec:
     """gemm_silu_mul_kernel's spec: gemm_kernel's for one projection (signature(SILU_MUL_POINTERS)), both
     weights alike, on at most 4 stages: a stage holds two weight tiles, and 6 (TILES' first rung: 144 KiB of
-    shared memory, room for one program an SM) were slower (r192's SwiGLU launches 290 -> 364 us, H200)."""
+    shared memory, room for one program an SM) were slower (r192's SwiGLU launches 290 -> 364 us, H200).
+    PERSISTENT above SILU_MUL_PERSISTENT_ROWS rows only."""
     spec = gemm_spec(x, w_gate, y)
     if w_up.shape != w_gate.shape or w_up.dtype != w_gate.dtype or w_up.stride() != w_gate.stride():
         raise ValueError(f"gate {tuple(w_gate.shape)} and up {tuple(w_up.shape)} weights differ")
-    return dataclasses.replace(spec, tiles=dataclasses.replace(spec.tiles, num_stages=min(spec.tiles.num_stages, 4)))
+    tiles = spec.tiles
+    if tiles.programs and x.shape[0] <= SILU_MUL_PERSISTENT_ROWS:
+        tiles = _PER_TILE
+    return dataclasses.replace(spec, tiles=dataclasses.replace(tiles, num_stages=min(tiles.num_stages, 4)))
 
 
 def linear_silu_mul(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor,
@@ -434,7 +441,8 @@ def linear_silu_mul(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor,
         out = torch.full((x.shape[0], w_gate.shape[0]), float("nan"), dtype=x.dtype, device=x.device)
     spec = silu_mul_spec(x, w_gate, w_up, out)
     if x.shape[0] > 0:
-        eager.launch(spec.kernel(silu_mul=True), spec.grid(x.shape[0]), x, w_gate, w_up, out, row_count(x),
+        rows = eager.row_count(len(x), x.device)
+        eager.launch(spec.kernel(silu_mul=True), spec.grid(x.shape[0]), x, w_gate, w_up, out, rows,
                      device=x.device, num_warps=spec.tiles.num_warps, num_stages=spec.tiles.num_stages,
                      **spec.constexprs())
     return out
@@ -489,7 +497,7 @@ def gemm_group_spec(x: torch.Tensor, weights: tuple[torch.Tensor, ...], outs: tu
     columns = sum(w.shape[0] for w in weights)
     members = tuple(gemm_spec(x, w, y, columns) for w, y in zip(weights, outs))
     if len({m.tiles for m in members}) > 1:  # some member's W cannot be loaded by TMA: none is (_tma_ready)
-        per_tile = dataclasses.replace(members[0].tiles, programs=0)
+        per_tile = dataclasses.replace(members[0].tiles, programs=0, num_stages=_PER_TILE.num_stages)
         members = tuple(dataclasses.replace(m, tiles=per_tile) for m in members)
     if len({w.dtype for w in weights}) != 1:
         raise ValueError("a group's weights share one dtype")
@@ -504,7 +512,8 @@ def linear_group(x: torch.Tensor, weights: tuple[torch.Tensor, ...],
                      for w in weights)
     spec = gemm_group_spec(x, weights, outs)
     if x.shape[0] > 0:
-        eager.launch(spec.kernel(), spec.grid(x.shape[0]), *spec.args(x, weights, outs, row_count(x)),
+        rows = eager.row_count(len(x), x.device)
+        eager.launch(spec.kernel(), spec.grid(x.shape[0]), *spec.args(x, weights, outs, rows),
                      device=x.device, num_warps=spec.tiles.num_warps, num_stages=spec.tiles.num_stages,
                      **spec.constexprs())
     return outs

@@ -1,14 +1,16 @@
 """Fused row-wise Triton kernels: the norms, gates, products, adds and gathers between the GEMMs.
 
-Consumes operands as torch tensors (real, or on the meta device when the recording plans launches): each
-is a set of rows of D contiguous elements, addressed as a 2-D [rows, D] or 3-D [T, H, D] view with any row
-and head strides (q/k heads inside a projection, say), so views are never copied. Produces KernelCall
-values (kernel, signature, constexprs, grid, arguments) that `launch` runs eagerly (interpreter on the
-CPU, JIT on a GPU) and the recording stores for AOT. Row counts are launch arguments and everything else is
-constexpr, so one compiled kernel serves every bucket. Relies on (E3): a program reduces only within a
-row, in a fixed order set by D alone, so a row's bits never depend on the other rows nor on how many there
-are. Numerics: fp32 inside, one rounding to the output dtype per result (the reference rounds between some
-steps: bf16 results agree within TOLERANCE).
+Consumes operands as torch tensors (real, or on the meta device when the recording plans launches): each is a
+set of rows of D contiguous elements, addressed as a 2-D [rows, D] or 3-D [T, H, D] view with any row and head
+strides (q/k heads inside a projection, say), so views are never copied. Produces KernelCall values (kernel,
+signature, constexprs, grid, arguments) that `launch` runs eagerly (interpreter on the CPU, JIT on a GPU) and
+the recording stores for AOT. Row counts are read at launch and everything else is constexpr, so one
+compiled kernel serves every bucket. Relies on (E3): a program reduces only within a row, in a fixed order set
+by D alone, so a row's bits never depend on the other rows nor on how many there are. ROWS: each kernel reads
+how many tokens' rows to compute from a device int32 (`rows_ptr`; the stream's, from its meta, in a replay:
+codegen/gemm.py ROWS) and its programs past them return at once, so padding rows cost nothing and keep
+whatever they held. Numerics: fp32 inside, one rounding to the output dtype per result (the reference rounds
+between some steps: bf16 results agree within TOLERANCE).
 """
 
 from __future__ import annotations
@@ -59,10 +61,13 @@ def _rows(r, INNER: tl.constexpr, S0: tl.constexpr, S1: tl.constexpr):
 
 
 @triton.jit
-def rms_norm_kernel(x_ptr, w_ptr, out_ptr, n_rows, eps, INNER: tl.constexpr, X_S0: tl.constexpr,
+def rms_norm_kernel(x_ptr, w_ptr, out_ptr, rows_ptr, eps, INNER: tl.constexpr, X_S0: tl.constexpr,
                     X_S1: tl.constexpr, O_S0: tl.constexpr, O_S1: tl.constexpr, D: tl.constexpr,
                     BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr):
     """Qwen3.5's zero-centred RMSNorm: x * rsqrt(mean(x^2) + eps) * (1 + w), in fp32."""
+    n_rows = tl.load(rows_ptr) * INNER  # the pointer counts tokens, a row here is a token's head
+    if tl.program_id(0) * BLOCK_R >= n_rows:  # past the stream's rows (ROWS)
+        return
     r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     d = tl.arange(0, BLOCK_D)
     mask = (r[:, None] < n_rows) & (d[None, :] < D)
@@ -74,10 +79,13 @@ def rms_norm_kernel(x_ptr, w_ptr, out_ptr, n_rows, eps, INNER: tl.constexpr, X_S
 
 
 @triton.jit
-def add_rms_norm_kernel(x_ptr, y_ptr, w_ptr, sum_ptr, out_ptr, n_rows, eps, X_ST: tl.constexpr,
+def add_rms_norm_kernel(x_ptr, y_ptr, w_ptr, sum_ptr, out_ptr, rows_ptr, eps, X_ST: tl.constexpr,
                         Y_ST: tl.constexpr, S_ST: tl.constexpr, O_ST: tl.constexpr, D: tl.constexpr,
                         BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr):
     """The residual add (rounded to its dtype, as the residual stream is) and the RMSNorm of the sum."""
+    n_rows = tl.load(rows_ptr)
+    if tl.program_id(0) * BLOCK_R >= n_rows:  # past the stream's rows (ROWS)
+        return
     r = (tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
     d = tl.arange(0, BLOCK_D)
     mask = (r[:, None] < n_rows) & (d[None, :] < D)
@@ -141,11 +149,15 @@ def gated_norm(h, ss, z, w, eps, D: tl.constexpr, DTYPE: tl.constexpr):
 
 
 @triton.jit
-def gated_rms_norm_kernel(x_ptr, z_ptr, w_ptr, out_ptr, n_rows, eps, INNER: tl.constexpr, X_S0: tl.constexpr,
-                          X_S1: tl.constexpr, Z_S0: tl.constexpr, Z_S1: tl.constexpr, O_S0: tl.constexpr,
-                          O_S1: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr):
+def gated_rms_norm_kernel(x_ptr, z_ptr, w_ptr, out_ptr, rows_ptr, eps, INNER: tl.constexpr,
+                          X_S0: tl.constexpr, X_S1: tl.constexpr, Z_S0: tl.constexpr, Z_S1: tl.constexpr,
+                          O_S0: tl.constexpr, O_S1: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr,
+                          BLOCK_R: tl.constexpr):
     """Qwen3_5RMSNormGated: w * norm(x) (plain weight, rounded to x's dtype first) * silu(z). Padding
     columns load zeros, which add exact zeros to the sum of squares."""
+    n_rows = tl.load(rows_ptr) * INNER  # the pointer counts tokens, a row here is a token's head
+    if tl.program_id(0) * BLOCK_R >= n_rows:  # past the stream's rows (ROWS)
+        return
     r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     d = tl.arange(0, BLOCK_D)
     mask = (r[:, None] < n_rows) & (d[None, :] < D)
@@ -159,13 +171,16 @@ def gated_rms_norm_kernel(x_ptr, z_ptr, w_ptr, out_ptr, n_rows, eps, INNER: tl.c
 
 
 @triton.jit
-def rotary_kernel(x_ptr, pos_ptr, inv_freq_ptr, out_ptr, n_rows, INNER: tl.constexpr, X_S0: tl.constexpr,
+def rotary_kernel(x_ptr, pos_ptr, inv_freq_ptr, out_ptr, rows_ptr, INNER: tl.constexpr, X_S0: tl.constexpr,
                   X_S1: tl.constexpr, O_S0: tl.constexpr, O_S1: tl.constexpr, D: tl.constexpr,
                   HALF: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_REST: tl.constexpr, BLOCK_R: tl.constexpr):
     """Partial RoPE on the first 2 * HALF dims of each head at its token's logical position; cos and sin
     are rounded to x's dtype first, as transformers does. The two rotated halves and the rest of the head
     are separate tiles so cos and sin are computed for HALF dims a row, not all D (they are most of the
     kernel's time at long positions)."""
+    n_rows = tl.load(rows_ptr) * INNER  # the pointer counts tokens, a row here is a token's head
+    if tl.program_id(0) * BLOCK_R >= n_rows:  # past the stream's rows (ROWS)
+        return
     r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     h = tl.arange(0, BLOCK_HALF)
     live = r[:, None] < n_rows
@@ -189,9 +204,12 @@ def rotary_kernel(x_ptr, pos_ptr, inv_freq_ptr, out_ptr, n_rows, INNER: tl.const
 
 
 @triton.jit
-def binary_kernel(a_ptr, b_ptr, out_ptr, n_rows, A_ST: tl.constexpr, B_ST: tl.constexpr, O_ST: tl.constexpr,
+def binary_kernel(a_ptr, b_ptr, out_ptr, rows_ptr, A_ST: tl.constexpr, B_ST: tl.constexpr, O_ST: tl.constexpr,
                   D: tl.constexpr, OP: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr):
     """OP 0: a + b (the residual add); OP 1: silu(a) * b (SwiGLU); OP 2: a * sigmoid(b) (an output gate)."""
+    n_rows = tl.load(rows_ptr)
+    if tl.program_id(0) * BLOCK_R >= n_rows:  # past the stream's rows (ROWS)
+        return
     r = (tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
     d = tl.arange(0, BLOCK_D)
     mask = (r[:, None] < n_rows) & (d[None, :] < D)
@@ -207,9 +225,12 @@ def binary_kernel(a_ptr, b_ptr, out_ptr, n_rows, A_ST: tl.constexpr, B_ST: tl.co
 
 
 @triton.jit
-def gather_rows_kernel(x_ptr, idx_ptr, out_ptr, n_rows, X_ST: tl.constexpr, O_ST: tl.constexpr,
+def gather_rows_kernel(x_ptr, idx_ptr, out_ptr, rows_ptr, X_ST: tl.constexpr, O_ST: tl.constexpr,
                        D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr):
     """out[j] = x[idx[j]]: the embedding lookup (x = the embedding, idx = tokens) and the read gather."""
+    n_rows = tl.load(rows_ptr)
+    if tl.program_id(0) * BLOCK_R >= n_rows:  # past the stream's rows (ROWS)
+        return
     r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     d = tl.arange(0, BLOCK_D)
     src = tl.load(idx_ptr + r, mask=r < n_rows, other=0).to(tl.int64)
@@ -219,10 +240,13 @@ def gather_rows_kernel(x_ptr, idx_ptr, out_ptr, n_rows, X_ST: tl.constexpr, O_ST
 
 
 @triton.jit
-def gdn_gate_kernel(x_ptr, a_log_ptr, dt_bias_ptr, out_ptr, n_rows, X_ST: tl.constexpr, H: tl.constexpr,
+def gdn_gate_kernel(x_ptr, a_log_ptr, dt_bias_ptr, out_ptr, rows_ptr, X_ST: tl.constexpr, H: tl.constexpr,
                     BETA: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_R: tl.constexpr):
     """Gated DeltaNet gates, fp32 [rows, H]: the log-decay -exp(A_log) * softplus(x + dt_bias), or (BETA)
     the write strength sigmoid(x)."""
+    n_rows = tl.load(rows_ptr)
+    if tl.program_id(0) * BLOCK_R >= n_rows:  # past the stream's rows (ROWS)
+        return
     r = (tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
     h = tl.arange(0, BLOCK_H)
     mask = (r[:, None] < n_rows) & (h[None, :] < H)
@@ -289,77 +313,92 @@ def _same_rows(*ts: torch.Tensor) -> tuple[int, int, int]:
     return n, inner, d
 
 
+def _rows_ptr(rows: torch.Tensor | None, t: torch.Tensor) -> tuple[torch.Tensor, str]:
+    """The launch's rows pointer (ROWS): `rows`, a recording's live_rows table; for an eager launch (None)
+    an int32 holding t's tokens (its first dim), on t's device."""
+    if rows is None:
+        if t.device.type == "meta":
+            raise ValueError("a recorded row-wise launch takes its rows pointer from the stream's meta")
+        rows = eager.row_count(t.shape[0], t.device)
+    return rows, "*i32"
+
+
 def _call(kernel: Any, rows: int, block_r: int, args: dict[str, tuple[Any, str]], consts: dict[str, Any]
           ) -> KernelCall:
     sig = {name: ty for name, (_, ty) in args.items()} | {name: "constexpr" for name in consts}
     return KernelCall(kernel, (triton.cdiv(rows, block_r),), tuple(v for v, _ in args.values()), sig, consts)
 
 
-def emit_rms_norm(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, eps: float) -> KernelCall:
+def emit_rms_norm(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, eps: float,
+                  rows: torch.Tensor | None = None) -> KernelCall:
     n, inner, d = _same_rows(x, out)
     block_d, block_r = _tile(d)
     _, _, xs0, xs1, _ = _layout(x)
     _, _, os0, os1, _ = _layout(out)
     return _call(rms_norm_kernel, n, block_r,
                  {"x_ptr": (x, _ptr(x)), "w_ptr": (weight, _ptr(weight)), "out_ptr": (out, _ptr(out)),
-                  "n_rows": (n, "i32"), "eps": (eps, "fp32")},
+                  "rows_ptr": _rows_ptr(rows, x), "eps": (eps, "fp32")},
                  {"INNER": inner, "X_S0": xs0, "X_S1": xs1, "O_S0": os0, "O_S1": os1, "D": d, "BLOCK_D": block_d,
                   "BLOCK_R": block_r})
 
 
 def emit_add_rms_norm(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor, total: torch.Tensor,
-                      out: torch.Tensor, eps: float) -> KernelCall:
+                      out: torch.Tensor, eps: float, rows: torch.Tensor | None = None) -> KernelCall:
     n, inner, d = _same_rows(x, y, total, out)
     if inner != 1:
         raise ValueError("add_rms_norm takes [rows, D] operands")
     block_d, block_r = _tile(d)
     return _call(add_rms_norm_kernel, n, block_r,
                  {"x_ptr": (x, _ptr(x)), "y_ptr": (y, _ptr(y)), "w_ptr": (weight, _ptr(weight)),
-                  "sum_ptr": (total, _ptr(total)), "out_ptr": (out, _ptr(out)), "n_rows": (n, "i32"),
-                  "eps": (eps, "fp32")},
+                  "sum_ptr": (total, _ptr(total)), "out_ptr": (out, _ptr(out)),
+                  "rows_ptr": _rows_ptr(rows, x), "eps": (eps, "fp32")},
                  {"X_ST": x.stride(0), "Y_ST": y.stride(0), "S_ST": total.stride(0), "O_ST": out.stride(0), "D": d,
                   "BLOCK_D": block_d, "BLOCK_R": block_r})
 
 
 def emit_gated_rms_norm(x: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, out: torch.Tensor,
-                        eps: float) -> KernelCall:
+                        eps: float, rows: torch.Tensor | None = None) -> KernelCall:
     n, inner, d = _same_rows(x, z, out)
     block_d, block_r = _tile(d)
     (_, _, xs0, xs1, _), (_, _, zs0, zs1, _), (_, _, os0, os1, _) = _layout(x), _layout(z), _layout(out)
     return _call(gated_rms_norm_kernel, n, block_r,
                  {"x_ptr": (x, _ptr(x)), "z_ptr": (z, _ptr(z)), "w_ptr": (weight, _ptr(weight)),
-                  "out_ptr": (out, _ptr(out)), "n_rows": (n, "i32"), "eps": (eps, "fp32")},
+                  "out_ptr": (out, _ptr(out)), "rows_ptr": _rows_ptr(rows, x), "eps": (eps, "fp32")},
                  {"INNER": inner, "X_S0": xs0, "X_S1": xs1, "Z_S0": zs0, "Z_S1": zs1, "O_S0": os0, "O_S1": os1,
                   "D": d, "BLOCK_D": block_d, "BLOCK_R": block_r})
 
 
-def emit_rotary(x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor, out: torch.Tensor
-                ) -> KernelCall:
+def emit_rotary(x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor, out: torch.Tensor,
+                rows: torch.Tensor | None = None) -> KernelCall:
     n, inner, d = _same_rows(x, out)
     half = inv_freq.shape[0]
     _, block_r = _tile(d)
     (_, _, xs0, xs1, _), (_, _, os0, os1, _) = _layout(x), _layout(out)
     return _call(rotary_kernel, n, block_r,
                  {"x_ptr": (x, _ptr(x)), "pos_ptr": (positions, _ptr(positions)),
-                  "inv_freq_ptr": (inv_freq, _ptr(inv_freq)), "out_ptr": (out, _ptr(out)), "n_rows": (n, "i32")},
+                  "inv_freq_ptr": (inv_freq, _ptr(inv_freq)), "out_ptr": (out, _ptr(out)),
+                  "rows_ptr": _rows_ptr(rows, x)},
                  {"INNER": inner, "X_S0": xs0, "X_S1": xs1, "O_S0": os0, "O_S1": os1, "D": d, "HALF": half,
                   "BLOCK_HALF": triton.next_power_of_2(half),
                   "BLOCK_REST": triton.next_power_of_2(d - 2 * half) if d > 2 * half else 0, "BLOCK_R": block_r})
 
 
-def emit_binary(op: int, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> KernelCall:
+def emit_binary(op: int, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor,
+                rows: torch.Tensor | None = None) -> KernelCall:
     """ADD, SILU_MUL or SIGMOID_GATE on [rows, D] operands (3-D ones must be contiguous over heads)."""
     flat = [t.flatten(1) if t.dim() == 3 else t for t in (a, b, out)]
     n, _, d = _same_rows(*flat)
     block_d, block_r = _tile(d)
     a2, b2, o2 = flat
     return _call(binary_kernel, n, block_r,
-                 {"a_ptr": (a, _ptr(a)), "b_ptr": (b, _ptr(b)), "out_ptr": (out, _ptr(out)), "n_rows": (n, "i32")},
+                 {"a_ptr": (a, _ptr(a)), "b_ptr": (b, _ptr(b)), "out_ptr": (out, _ptr(out)),
+                  "rows_ptr": _rows_ptr(rows, a)},
                  {"A_ST": a2.stride(0), "B_ST": b2.stride(0), "O_ST": o2.stride(0), "D": d, "OP": op,
                   "BLOCK_D": block_d, "BLOCK_R": block_r})
 
 
-def emit_gather_rows(x: torch.Tensor, index: torch.Tensor, out: torch.Tensor) -> KernelCall:
+def emit_gather_rows(x: torch.Tensor, index: torch.Tensor, out: torch.Tensor,
+                     rows: torch.Tensor | None = None) -> KernelCall:
     d = x.shape[1]
     if out.shape != (index.shape[0], d) or x.stride(1) != 1 or out.stride(1) != 1:
         raise ValueError(f"gather of {tuple(x.shape)} by {tuple(index.shape)} into {tuple(out.shape)}")
@@ -367,12 +406,12 @@ def emit_gather_rows(x: torch.Tensor, index: torch.Tensor, out: torch.Tensor) ->
     n = index.shape[0]
     return _call(gather_rows_kernel, n, block_r,
                  {"x_ptr": (x, _ptr(x)), "idx_ptr": (index, _ptr(index)), "out_ptr": (out, _ptr(out)),
-                  "n_rows": (n, "i32")},
+                  "rows_ptr": _rows_ptr(rows, index)},
                  {"X_ST": x.stride(0), "O_ST": out.stride(0), "D": d, "BLOCK_D": block_d, "BLOCK_R": block_r})
 
 
 def emit_gdn_gate(x: torch.Tensor, out: torch.Tensor, a_log: torch.Tensor | None = None,
-                  dt_bias: torch.Tensor | None = None) -> KernelCall:
+                  dt_bias: torch.Tensor | None = None, rows: torch.Tensor | None = None) -> KernelCall:
     """The decay (given A_log and dt_bias) or beta (without them) of x [rows, H] into contiguous fp32 out."""
     n, h = x.shape
     if out.dtype != torch.float32 or out.shape != (n, h) or not out.is_contiguous() or x.stride(1) != 1:
@@ -383,7 +422,7 @@ def emit_gdn_gate(x: torch.Tensor, out: torch.Tensor, a_log: torch.Tensor | None
     return _call(gdn_gate_kernel, n, block_r,
                  {"x_ptr": (x, _ptr(x)), "a_log_ptr": (params, _ptr(params)),
                   "dt_bias_ptr": (x if beta else dt_bias, _ptr(x if beta else dt_bias)),
-                  "out_ptr": (out, _ptr(out)), "n_rows": (n, "i32")},
+                  "out_ptr": (out, _ptr(out)), "rows_ptr": _rows_ptr(rows, x)},
                  {"X_ST": x.stride(0), "H": h, "BETA": beta, "BLOCK_H": block_h, "BLOCK_R": block_r})
 
 

@@ -247,7 +247,7 @@ def _conv(ctx: EmitContext, out: torch.Tensor, x: torch.Tensor, w: torch.Tensor,
     spec = conv.conv_spec(x, w, out)
     taps = ctx.table("conv_taps", (ctx.bucket.rows, conv.CONV_TAPS), torch.int32, "conv_taps")
     t = spec.tiles
-    return [KernelCall(conv.fork_conv_kernel, spec.grid(taps.shape[0]), (x, w, out, taps, taps.shape[0]),
+    return [KernelCall(conv.fork_conv_kernel, spec.grid(taps.shape[0]), (x, w, out, taps, _live_rows(ctx, x)),
                        spec.signature(), spec.constexprs(), t.num_warps, t.num_stages)]
 
 
@@ -302,7 +302,11 @@ def _gdn_calls(ctx: EmitContext, out: torch.Tensor, q: torch.Tensor, k: torch.Te
 
 
 def _pw(fn: Callable[..., KernelCall]) -> Emitter:
-    return lambda ctx, out, *args, **kwargs: [fn(out, *args, **kwargs)]
+    """A row-wise op's emitter: `fn(out, *operands, rows=...)` with the live rows of out's tokens (its first
+    dim: the bucket's rows or reads; add_rms_norm's out is the pair of its outputs)."""
+    def emit(ctx: EmitContext, out: Any, *args: Any, **kwargs: Any) -> list[KernelCall]:
+        return [fn(out, *args, rows=_live_rows(ctx, out[0] if isinstance(out, tuple) else out), **kwargs)]
+    return emit
 
 
 register_emitter("linear", _gemm, (gemm.gemm_kernel, gemm.gemm_tma_kernel))
@@ -314,26 +318,32 @@ register_emitter("fork_gdn_static", _gdn, (gdn.gdn_prep_kernel, gdn.gdn_state_ke
 register_emitter("fork_gdn_gated", _gdn_gated, ())
 register_emitter("fork_gdn_normed", _gdn_normed, ())
 register_emitter("fork_attention_gated", _attention, (attention.fork_attention_kernel,))
-register_emitter("rms_norm", _pw(lambda out, x, w, eps: pointwise.emit_rms_norm(x, w, out, eps)),
+register_emitter("rms_norm", _pw(lambda out, x, w, eps, rows: pointwise.emit_rms_norm(x, w, out, eps, rows)),
                  (pointwise.rms_norm_kernel,))
 register_emitter("rms_norm_f32", EMITTERS["rms_norm"], ())
-register_emitter("add_rms_norm", _pw(lambda out, x, y, w, eps: pointwise.emit_add_rms_norm(x, y, w, *out, eps)),
+register_emitter("add_rms_norm",
+                 _pw(lambda out, x, y, w, eps, rows: pointwise.emit_add_rms_norm(x, y, w, *out, eps, rows)),
                  (pointwise.add_rms_norm_kernel,))
-register_emitter("gated_rms_norm", _pw(lambda out, x, z, w, eps: pointwise.emit_gated_rms_norm(x, z, w, out, eps)),
+register_emitter("gated_rms_norm",
+                 _pw(lambda out, x, z, w, eps, rows: pointwise.emit_gated_rms_norm(x, z, w, out, eps, rows)),
                  (pointwise.gated_rms_norm_kernel,))
-register_emitter("rotary", _pw(lambda out, x, pos, inv: pointwise.emit_rotary(x, pos, inv, out)),
+register_emitter("rotary", _pw(lambda out, x, pos, inv, rows: pointwise.emit_rotary(x, pos, inv, out, rows)),
                  (pointwise.rotary_kernel,))
-register_emitter("add", _pw(lambda out, a, b: pointwise.emit_binary(pointwise.ADD, a, b, out)),
+register_emitter("add", _pw(lambda out, a, b, rows: pointwise.emit_binary(pointwise.ADD, a, b, out, rows)),
                  (pointwise.binary_kernel,))
-register_emitter("silu_mul", _pw(lambda out, a, b: pointwise.emit_binary(pointwise.SILU_MUL, a, b, out)), ())
-register_emitter("embedding", _pw(lambda out, idx, w, **_: pointwise.emit_gather_rows(w, idx, out)),
+register_emitter("silu_mul",
+                 _pw(lambda out, a, b, rows: pointwise.emit_binary(pointwise.SILU_MUL, a, b, out, rows)), ())
+register_emitter("embedding",
+                 _pw(lambda out, idx, w, rows, **_: pointwise.emit_gather_rows(w, idx, out, rows)),
                  (pointwise.gather_rows_kernel,))
-register_emitter("gather_rows", _pw(lambda out, x, idx: pointwise.emit_gather_rows(x, idx, out)), ())
-register_emitter("gdn_decay", _pw(lambda out, a, a_log, dt: pointwise.emit_gdn_gate(a, out, a_log, dt)),
+register_emitter("gather_rows",
+                 _pw(lambda out, x, idx, rows: pointwise.emit_gather_rows(x, idx, out, rows)), ())
+register_emitter("gdn_decay",
+                 _pw(lambda out, a, a_log, dt, rows: pointwise.emit_gdn_gate(a, out, a_log, dt, rows)),
                  (pointwise.gdn_gate_kernel,))
-register_emitter("gdn_beta", _pw(lambda out, b: pointwise.emit_gdn_gate(b, out)), ())
-register_emitter("label_head", _pw(lambda out, h, w, lab, n: pointwise.emit_label_head(h, w, lab, n, out)),
-                 (pointwise.label_head_kernel,))
+register_emitter("gdn_beta", _pw(lambda out, b, rows: pointwise.emit_gdn_gate(b, out, rows=rows)), ())
+register_emitter("label_head", lambda ctx, out, h, w, lab, n: [pointwise.emit_label_head(h, w, lab, n, out)],
+                 (pointwise.label_head_kernel,))  # one program per read and label block: no rows pointer
 
 
 # ---- shapes: the graph on meta tensors ----------------------------------------------------------------------

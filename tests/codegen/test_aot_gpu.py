@@ -4,6 +4,8 @@ keep E3 on the hardware."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -112,3 +114,41 @@ def test_gemm_cubins_are_batch_invariant_across_every_rung(n, kdim) -> None:
         assert torch.equal(part[:300], full[:300]) and part[300:].isnan().all(), tiles
         results.append(full)
     assert len(results) > 1 and all(torch.equal(r, results[0]) for r in results[1:])
+
+
+def test_persistent_group_and_swiglu_cubins_equal_a_program_per_tile() -> None:
+    """PERSISTENT on the hardware: the grouped launch of a Gated DeltaNet layer's four input projections
+    (6,144, 2,048, 16 and 16 columns: members dealt as one sequence of tiles) and the SwiGLU launch, as
+    cubins with 132 programs walking 1,100 rows' tiles, each output torch.equal to the program-per-tile
+    cubins' on the same tiles; with a short rows pointer, nothing written past it."""
+    from flidec.codegen.gemm import SILU_MUL_POINTERS, GemmGroupSpec
+
+    g = torch.Generator().manual_seed(1)
+    m, k = 1100, 1024
+    x = (torch.randn(m, k, generator=g) * 4).bfloat16().cuda()
+    ws = [(torch.randn(n, k, generator=g) / k**0.5).bfloat16().cuda() for n in (6144, 2048, 16, 16)]
+    gate, up = ((torch.randn(3584, k, generator=g) / k**0.5).bfloat16().cuda() for _ in range(2))
+    persistent = TILES[torch.bfloat16][-1][-1]
+    per_tile = dataclasses.replace(persistent, programs=0, num_stages=3)  # 4: out of shared memory
+    got = {}
+    for tiles in (per_tile, persistent):
+        group = GemmGroupSpec(tuple(GemmSpec(torch.bfloat16, w.shape[0], k, (k, k, w.shape[0]), tiles)
+                                    for w in ws))
+        silu = GemmSpec(torch.bfloat16, 3584, k, (k, k, 3584), tiles)
+        launches = ((group, group.kernel(), group.signature()),
+                    (silu, silu.kernel(silu_mul=True), silu.signature(SILU_MUL_POINTERS)))
+        for rows in (m, 300):
+            count = torch.full((1,), rows, dtype=torch.int32, device="cuda")
+            outs = tuple(torch.full((m, w.shape[0]), float("nan"), dtype=torch.bfloat16, device="cuda")
+                         for w in ws)
+            fused = torch.full((m, 3584), float("nan"), dtype=torch.bfloat16, device="cuda")
+            for spec, fn, signature in launches:
+                kern = aot.compile_kernel(fn, signature, spec.constexprs(), num_warps=tiles.num_warps,
+                                          num_stages=spec.tiles.num_stages)
+                args = group.args(x, tuple(ws), outs, count) if spec is group else (x, gate, up, fused, count)
+                launch_cubin(kern, spec.grid(m), *args)
+            got[tiles.programs, rows] = (*outs, fused)
+    for rows in (m, 300):
+        for a, b in zip(got[0, rows], got[persistent.programs, rows], strict=True):
+            assert torch.equal(a[:rows], b[:rows]) and not b[:rows].isnan().any(), rows
+            assert b[rows:].isnan().all(), rows

@@ -71,6 +71,28 @@ def test_fork_conv_is_exact(dtype, device) -> None:
         assert torch.equal(got, want[len(want) - s.length :]), f"node {node} differs from its plain stream"
 
 
+def test_fork_conv_computes_only_the_rows_its_rows_pointer_holds() -> None:
+    """The kernel reads how many rows to compute from a device int32 (codegen/gemm.py ROWS): with 30 there
+    (a cut inside a segment, and not at a tile's edge) rows below it have the bits of the whole launch and
+    rows from it on are not written."""
+    from flidec.codegen import conv, eager
+
+    nodes = forest()
+    stream = pack_forest(nodes, gap=2)
+    table, weight = token_table(nodes, torch.bfloat16)
+    x = table[stream.tokens]
+    whole = fork_conv(x, weight, stream.meta)
+    cut = torch.full_like(whole, float("nan"))
+    spec = conv.conv_spec(x, weight, cut)
+    taps = conv_taps(stream.meta)
+    eager.launch(conv.fork_conv_kernel, spec.grid(taps.shape[0]), x, weight, cut, taps,
+                 torch.tensor([30], dtype=torch.int32), device=x.device, **spec.constexprs())
+    assert stream.meta.num_rows > 30 and not whole[:30].isnan().all(dim=1).all()
+    assert torch.equal(cut[:30].isnan(), whole[:30].isnan())
+    assert torch.equal(cut[:30].nan_to_num(), whole[:30].nan_to_num())
+    assert cut[30:].isnan().all()
+
+
 def test_conv_taps_layout() -> None:
     stream = pack_forest([(-1, [1, 2]), (0, [3]), (1, [4])], gap=1)
     taps = conv_taps(stream.meta, rows=9)

@@ -90,6 +90,7 @@ def test_launches_compute_only_the_rows_their_rows_pointer_holds(group_m, progra
     dtype = torch.bfloat16
     tiles = dataclasses.replace(gemm.tiles_for(dtype, 64, 200), group_m=group_m, programs=programs)
     monkeypatch.setitem(gemm.TILES, dtype, ((gemm.ANY, gemm.ANY, tiles),))
+    monkeypatch.setattr(gemm, "SILU_MUL_PERSISTENT_ROWS", 0)
     bucket = tiles.block_m * 5  # 5 row tiles in the grid
     x, w = operands(bucket, 200, 32, dtype, device, seed=9)
     _, w_up = operands(bucket, 200, 32, dtype, device, seed=10)
@@ -124,6 +125,7 @@ def test_persistent_launches_equal_a_program_per_tile(dtype, device, monkeypatch
 
     per_tile = dataclasses.replace(gemm.tiles_for(dtype, 64, 200), group_m=8)
     persistent = dataclasses.replace(per_tile, programs=3)
+    monkeypatch.setattr(gemm, "SILU_MUL_PERSISTENT_ROWS", 0)
     m = per_tile.block_m * 11 + 5
     x, w = operands(m, 200, 40, dtype, device, seed=11)
     _, w_up = operands(m, 200, 40, dtype, device, seed=12)
@@ -138,6 +140,25 @@ def test_persistent_launches_equal_a_program_per_tile(dtype, device, monkeypatch
         assert not got.isnan().any() and torch.equal(got, want)
 
 
+def test_the_swiglu_launch_is_persistent_only_above_its_rows(monkeypatch) -> None:
+    """gemm.SILU_MUL_PERSISTENT_ROWS: at and below it the SwiGLU launch keeps a program per tile (its own
+    tiles), above it takes the persistent rung's, while single projections are persistent on that rung."""
+    from flidec.codegen import gemm
+
+    tiles = dataclasses.replace(gemm.tiles_for(torch.bfloat16, 64, 200), programs=3)
+    monkeypatch.setitem(gemm.TILES, torch.bfloat16, ((gemm.ANY, gemm.ANY, tiles),))
+    monkeypatch.setattr(gemm, "SILU_MUL_PERSISTENT_ROWS", 64)
+    w = torch.empty(72, 96, dtype=torch.bfloat16, device="meta")
+    for m, persistent in ((64, False), (65, True)):
+        x = torch.empty(m, 96, dtype=torch.bfloat16, device="meta")
+        y = torch.empty(m, 72, dtype=torch.bfloat16, device="meta")
+        spec = gemm.silu_mul_spec(x, w, w, y)
+        assert (spec.kernel(silu_mul=True) is gemm.gemm_silu_mul_tma_kernel) == persistent, m
+        assert spec.tiles == (dataclasses.replace(tiles, num_stages=min(tiles.num_stages, 4)) if persistent
+                              else gemm._PER_TILE)
+        assert gemm.gemm_spec(x, w, y).kernel() is gemm.gemm_tma_kernel
+
+
 def test_persistent_tiles_fall_back_where_tma_cannot_load(monkeypatch) -> None:
     """TMA needs 16-byte row strides and bases: a launch on an x with a 100-element (200-byte) row stride, or
     an x starting 2 bytes into its storage, gets a program per tile; a group falls back as a whole."""
@@ -149,7 +170,9 @@ def test_persistent_tiles_fall_back_where_tma_cannot_load(monkeypatch) -> None:
     y = torch.empty(64, 72, dtype=torch.bfloat16)
     assert gemm.gemm_spec(x, w, y).tiles == tiles
     wide = torch.zeros(64, 100, dtype=torch.bfloat16)
-    assert gemm.gemm_spec(wide[:, :96], w, y).tiles == dataclasses.replace(tiles, programs=0)
+    # a program per tile on the per-tile rung's stages: 4 overflow shared memory
+    per_tile = dataclasses.replace(tiles, programs=0, num_stages=gemm._PER_TILE.num_stages)
+    assert gemm.gemm_spec(wide[:, :96], w, y).tiles == per_tile
     shifted = torch.zeros(64 * 96 + 1, dtype=torch.bfloat16)[1:].view(64, 96)  # 2 bytes into its storage
     assert gemm.gemm_spec(shifted, w, y).tiles.programs == 0
     odd = torch.zeros(72, 100, dtype=torch.bfloat16)[:, :96]

@@ -134,6 +134,43 @@ def test_rows_are_invariant_to_their_place_and_count() -> None:
     assert torch.equal(full[29:31], part)
 
 
+def test_launches_compute_only_the_tokens_their_rows_pointer_holds() -> None:
+    """Every row-wise kernel over a bucket's 40 tokens with 21 in its rows pointer (ROWS; 3-D views count
+    tokens, INNER heads each): those tokens' rows have the bits of a launch over them alone, and nothing past
+    them is written (the NaN fill stays). Programs cover 16 to 128 rows, so the cut falls inside a program
+    for some kernels and at a program's start for others."""
+    live, dtype = 21, torch.bfloat16
+    rows = torch.tensor([live], dtype=torch.int32)
+    x, z = rand(40, 3, 48, dtype=dtype), rand(40, 3, 48, dtype=dtype, seed=1)
+    w = rand(48, dtype=dtype, seed=2, scale=0.1)
+    flat, other = x.flatten(1), z.flatten(1)
+    gates = rand(40, 4, dtype=dtype, seed=3)
+    a_log, dt_bias = rand(4, dtype=dtype, seed=4), rand(4, dtype=dtype, seed=5)
+    table, index = rand(50, 24, dtype=dtype, seed=6), torch.randperm(50)[:40]
+    positions, inv_freq = torch.arange(40) * 3, torch.rand(12, generator=torch.Generator().manual_seed(8))
+    emitters = [
+        (lambda o, n, r: pw.emit_rms_norm(x[:n], w, o, 1e-6, r), x),
+        (lambda o, n, r: pw.emit_gated_rms_norm(x[:n], z[:n], w, o, 1e-6, r), x),
+        (lambda o, n, r: pw.emit_rotary(x[:n], positions[:n], inv_freq, o, r), x),
+        (lambda o, n, r: pw.emit_binary(pw.SILU_MUL, flat[:n], other[:n], o, r), flat),
+        (lambda o, n, r: pw.emit_gather_rows(table, index[:n], o, r), table[:40]),
+        (lambda o, n, r: pw.emit_gdn_gate(gates[:n], o, a_log, dt_bias, r), gates.float()),
+    ]
+    for emit, like in emitters:
+        bucket, alone = nan_like(like), nan_like(like[:live])
+        run(emit(bucket, 40, rows))
+        run(emit(alone, live, None))
+        assert not alone.isnan().any() and torch.equal(bucket[:live], alone) and bucket[live:].isnan().all()
+    total, normed = nan_like(flat), nan_like(flat)
+    run(pw.emit_add_rms_norm(flat, other, w.repeat(3), total, normed, 1e-6, rows))
+    alone = nan_like(flat[:live]), nan_like(flat[:live])
+    run(pw.emit_add_rms_norm(flat[:live], other[:live], w.repeat(3), *alone, 1e-6))
+    for got, want in zip((total, normed), alone):
+        assert torch.equal(got[:live], want) and got[live:].isnan().all()
+    with pytest.raises(ValueError, match="takes its rows pointer from the stream's meta"):
+        pw.emit_rms_norm(x.to("meta"), w.to("meta"), x.to("meta"), 1e-6)
+
+
 def test_operands_that_do_not_share_rows_are_refused() -> None:
     with pytest.raises(ValueError, match="do not share rows"):
         pw.emit_rms_norm(torch.zeros(4, 8), torch.zeros(8), torch.zeros(5, 8), 1e-6)

@@ -80,6 +80,31 @@ def test_gemms_compute_the_streams_rows_and_past_the_trim_its_reads(model) -> No
         assert tables["stream_rows"].tolist() == [89] and tables["read_count"].tolist() == [4]
 
 
+def test_row_wise_launches_and_the_conv_compute_the_streams_rows_then_its_reads(model) -> None:
+    """Every launch but the attention's, the Gated DeltaNet's and the label head's takes a rows pointer
+    (codegen/pointwise.py ROWS): the norms, rotary, adds, gates, embedding and conv the stream's rows, the
+    read gather and everything after it (the last MLP's norm and add, the final norm) the read count."""
+    _, rec, _ = model
+    buffers = {b.name: b for b in rec.buffers}
+    signatures = {k.key: [n for n, t in k.signature if t != "constexpr"] for k in rec.kernels}
+    fills = []
+    for step in rec.steps:
+        params = signatures[step.kernel]
+        if "rows_ptr" not in params:
+            assert step.op.startswith(("fork_attention", "fork_gdn")) or step.op == "label_head", step.op
+            continue
+        arg = step.args[params.index("rows_ptr")]
+        assert buffers[arg.buffer].region == "meta"
+        fills.append((step.op, buffers[arg.buffer].fill))
+    gather = next(i for i, (op, _) in enumerate(fills) if op == "gather_rows")
+    assert fills[0] == ("embedding", "live_rows(stream=1,reads=0)")
+    assert {f for _, f in fills[:gather]} == {"live_rows(stream=1,reads=0)"}
+    assert {f for _, f in fills[gather:]} == {"live_rows(stream=0,reads=1)"}
+    assert {"fork_conv_static", "rotary", "add_rms_norm"} <= {op for op, _ in fills[:gather]}
+    assert [op for op, _ in fills[gather:]] == ["gather_rows", "rms_norm", "linear_silu_mul", "linear", "add",
+                                                "rms_norm_f32"]
+
+
 def test_a_bucket_with_as_many_reads_as_rows_bounds_its_gemms_by_both() -> None:
     """When a bucket's rows and reads are equal a projection's rows may be either, so its bound covers both;
     a projection over neither count is refused at compile time."""
