@@ -14,8 +14,8 @@ projections' outputs at 192, 1024 and 6,144 rows have identical digests under 7 
 against each other on the hardware. That holds only while every tile runs on wgmma (BLOCK_M a multiple of 64,
 warps a multiple of 4), K is never split and the input precision stays; fp32 (FMA products) keeps one
 choice.
-Above 1,024 rows the kernels are persistent and TMA-fed (PERSISTENT below): the same tiles and K order, so
-the same bits.
+Above 1,024 rows the single and grouped launches (the SwiGLU launch above 8,192) are persistent and TMA-fed
+(PERSISTENT below): the same tiles and K order, so the same bits.
 """
 
 from __future__ import annotations
@@ -415,8 +415,9 @@ SILU_MUL_POINTERS = ("x_ptr", "wg_ptr", "wu_ptr", "y_ptr")
 
 # The SwiGLU launch is PERSISTENT only above 8,192 rows, and a program per tile below (128 x 128 tiles on 3
 # stages, as before it): in the replays (profile_runtime on the H200, 2026-11-30) its persistent form was
-# slower at r1536 (845 -> 900 us) and r6144 (4,278 -> 4,339 us), faster at r32768 (16,623 -> 15,872 us),
-# while the single and grouped projections gained 10-22% at all three.
+# slower at r1536 (845 -> 900 us; on another machine 840 against 899) and no faster at r6144 (4,278 -> 4,339
+# us; on the other machine 4,317 against 4,313), faster at r32768 (16,623 -> 15,872 us), while the single and
+# grouped projections gained 10-22% at all three.
 SILU_MUL_PERSISTENT_ROWS = 8192
 
 
