@@ -6,7 +6,8 @@ program IR, a bucket ladder per tree; for a GPU target the model is traced (shap
 loaded), the graph passes (GRAPH_PIPELINE) lower it once, each bucket's launches are recorded, and every
 distinct kernel is compiled for the target with codegen/aot (Triton's compiler, not its cache; TRITON_INTERPRET
 must be unset). A `cpu` artifact holds the tree and program IR and the model reference that the reference
-executor runs. `kernel_cache` (a directory) keeps compiled kernels between compiles, keyed by their spec.
+executor runs. `kernel_cache` (a directory) keeps compiled kernels between compiles, keyed by their spec and
+their source (with the @jit functions they call), so a changed kernel body is compiled again.
 """
 
 from __future__ import annotations
@@ -113,12 +114,13 @@ def _only(spec: Spec, tree: str | None) -> Spec:
 
 
 def _compile(spec: KernelSpec, target: str, cache: Path | None) -> tuple[CompiledKernel, bool]:
-    """The compiled kernel of `spec`, from the cache when it holds it (cache entries: `<target>-<key>` ->
-    the record's digest)."""
-    entry = cache / f"{target}-{spec.key}" if cache is not None else None
+    """The compiled kernel of `spec`, from the cache when it holds it (cache entries: `<target>-<key>-<source>`
+    -> the record's digest, `source` Triton's hash of the kernel's source and its callees')."""
+    fn = JIT_KERNELS[spec.name]
+    entry = cache / f"{target}-{spec.key}-{fn.cache_key[:16]}" if cache is not None else None
     if entry is not None and entry.exists():
         return read_kernel(cache, entry.read_text().strip()), False
-    kernel = aot.compile_kernel(JIT_KERNELS[spec.name], dict(spec.signature), dict(spec.constexprs), target=target,
+    kernel = aot.compile_kernel(fn, dict(spec.signature), dict(spec.constexprs), target=target,
                                 num_warps=spec.num_warps, num_stages=spec.num_stages)
     if entry is not None:
         digest = aot.write_kernel(kernel, cache)

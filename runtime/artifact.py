@@ -19,7 +19,8 @@ from flidec import (
 )
 from flidec.ir.errors import ArtifactError
 
-FORMAT = 2  # 2: the forked Gated DeltaNet's prep/scan launches and their gdn_chunks table
+FORMAT = 3  # 2: the forked Gated DeltaNet's prep/scan launches and their gdn_chunks table; 3: kernels that take
+# Triton's global scratch (device-built TMA descriptors), which a format-2 runtime would launch without one
 
 
 def load_manifest(directory: str | Path, target: str | None = None, allow_incomplete: bool = False

@@ -56,3 +56,27 @@ def test_without_model_compile_says_it_uses_the_demo_model_before_the_demo_s_lim
     capsys.readouterr()
     assert main(["run", str(tmp_path / "b"), "--instances", str(src), "--out", str(tmp_path / "r"), "--quiet"]) == 0
     assert "demo model" not in capsys.readouterr().err  # an artifact brings its own model
+
+
+def test_the_kernel_cache_compiles_a_kernel_again_when_its_source_changes(tmp_path, monkeypatch):
+    """The kernel cache is keyed by the spec and by Triton's hash of the kernel's source (and its callees'):
+    the same source is a hit, an edited body a miss, even with the same name, signature and constexprs."""
+    from types import SimpleNamespace
+
+    from flidec import compile as driver
+    from flidec.codegen.recording import KernelSpec
+    from flidec.runtime.launch import CompiledKernel
+
+    spec = KernelSpec("k", (("x_ptr", "*fp32"),), (), 4, 1)
+    compiled: list[str] = []
+
+    def fake_compile(fn, *args, **kwargs):
+        compiled.append(fn.cache_key)
+        return CompiledKernel("k", "sm_90", fn.cache_key.encode(), (("x_ptr", "*fp32"),), (), (), 4, 1, 0, "3.6.0")
+
+    monkeypatch.setattr(driver.aot, "compile_kernel", fake_compile)
+    for source, fresh in (("a" * 64, True), ("a" * 64, False), ("b" * 64, True)):
+        monkeypatch.setitem(driver.JIT_KERNELS, "k", SimpleNamespace(cache_key=source))
+        kernel, was_compiled = driver._compile(spec, "sm_90", tmp_path)
+        assert was_compiled == fresh and kernel.cubin == source.encode()
+    assert compiled == ["a" * 64, "b" * 64]
