@@ -105,8 +105,7 @@ def read_kernel(directory: str | Path, digest: str) -> CompiledKernel:
         params=tuple((n, t) for n, t in meta["params"]),
         constexprs=tuple((n, v) for n, v in meta["constexprs"]), aligned=tuple(meta["aligned"]),
         num_warps=meta["num_warps"], num_stages=meta["num_stages"], shared=meta["shared"],
-        triton_version=meta["triton_version"], scratch=meta.get("scratch", 0),
-        scratch_align=meta.get("scratch_align", 1))
+        triton_version=meta["triton_version"], scratch=meta["scratch"], scratch_align=meta["scratch_align"])
 
 
 # ---- argument packing ---------------------------------------------------------------------------------------
