@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-from flidec.codegen import aot
+from flidec.codegen import aot, eager
 from flidec.codegen.attention import AttentionSpec, fork_attention_kernel
 from flidec.codegen.gemm import TILES, GemmSpec
 from flidec.runtime import tables
-from flidec.runtime.launch import HIDDEN_PARAMS, CompiledKernel
+from flidec.runtime.launch import HIDDEN_PARAMS, CompiledKernel, grid3, scratch_bytes
 from flidec.runtime.meta import Segment, build_meta
 from flidec.runtime.reference.tolerance import TOLERANCE
 
@@ -41,8 +41,8 @@ def launch_cubin(k: CompiledKernel, grid: tuple[int, ...], *args) -> None:
     for (name, typ), a in zip(k.params, args, strict=True):
         values.append(a.data_ptr() if typ.startswith("*") else _NUMPY[typ](a))
     # global scratch for device-built TMA descriptors (codegen/gemm.py PERSISTENT), as the engine provides it
-    scratch = torch.empty(k.scratch * int(np.prod(grid)), dtype=torch.uint8, device="cuda") if k.scratch \
-        else None
+    need = scratch_bytes(k, grid3(grid))
+    scratch = torch.empty(need, dtype=torch.uint8, device="cuda") if need else None
     values += [0 if scratch is None else scratch.data_ptr()] + [0] * (HIDDEN_PARAMS - 1)
     stream = Stream.from_handle(torch.cuda.current_stream().cuda_stream)
     launch(stream, LaunchConfig(grid=grid, block=(k.threads, 1, 1), shmem_size=k.shared), kernel, *values)
@@ -99,7 +99,7 @@ def test_gemm_cubins_are_batch_invariant_across_every_rung(n, kdim) -> None:
 
         def run(x, rows=None, spec=spec, kern=kern):
             y = torch.full((x.shape[0], n), float("nan"), dtype=torch.bfloat16, device="cuda")
-            count = torch.full((1,), x.shape[0] if rows is None else rows, dtype=torch.int32, device="cuda")
+            count = eager.row_count(x.shape[0] if rows is None else rows, torch.device("cuda"))
             launch_cubin(kern, spec.grid(x.shape[0]), x, w, y, count)
             return y
 
@@ -138,7 +138,7 @@ def test_persistent_group_and_swiglu_cubins_equal_a_program_per_tile() -> None:
         launches = ((group, group.kernel(), group.signature()),
                     (silu, silu.kernel(silu_mul=True), silu.signature(SILU_MUL_POINTERS)))
         for rows in (m, 300):
-            count = torch.full((1,), rows, dtype=torch.int32, device="cuda")
+            count = eager.row_count(rows, torch.device("cuda"))
             outs = tuple(torch.full((m, w.shape[0]), float("nan"), dtype=torch.bfloat16, device="cuda")
                          for w in ws)
             fused = torch.full((m, 3584), float("nan"), dtype=torch.bfloat16, device="cuda")

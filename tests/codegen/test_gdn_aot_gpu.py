@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from flidec.codegen import aot
+from flidec.codegen import aot, eager
 from flidec.codegen.conv import ConvSpec, fork_conv_kernel
 from flidec.codegen.gdn import (
     ChunkWork,
@@ -69,7 +69,7 @@ def layer(kernels, mixed: torch.Tensor, ab: torch.Tensor, weight, a_log, dt_bias
     qkv = torch.full_like(mixed, float("nan"))
     taps = conv_taps(meta).cuda()
     conv_spec = ConvSpec(torch.bfloat16, torch.bfloat16, mixed.shape[1], (mixed.shape[1], 4, mixed.shape[1]))
-    count = torch.full((1,), mixed.shape[0], dtype=torch.int32, device="cuda")  # rows pointer (gemm.py ROWS)
+    count = eager.row_count(mixed.shape[0], torch.device("cuda"))  # the rows pointer (gemm.py ROWS)
     launch_cubin(conv, conv_spec.grid(mixed.shape[0]), mixed, weight, qkv, taps, count)
     q, k, v = split_qkv(spec, qkv)
     tables = gdn_tables(meta, per_level=per_level, num_chunks=None if per_level is None else 40)
