@@ -2,14 +2,15 @@
 
     python benchmarks/gdn_tiles.py [--variants "prep_warps=16;dot=tf32,out_dot=tf32"] [--out FILE]
 
-At Qwen3.5-0.8B head shapes (16 key and value heads of 128, bf16 q/k/v, fp32 g and beta) and two forests
-shaped like the harness's workloads (QuALITY-like: a 5,000-token state and 9 questions of 120 tokens;
-RACE-like: 8 states of 450 tokens with 4 questions of 40 each), runs one layer's launches (GdnSpec.calls,
-through Triton's JIT) for the default tiles and each variant (fields of GdnTiles for Dv = 128, `;` between
-variants), each in its own process. Per variant: the output against the reference op (bf16 tolerance), a
-leaf's path against its plain stream (bitwise, E3) and a digest of the output's bits (whether a code change
-kept them); then each launch group (prep, state walks, outputs) captured in its own CUDA graph and timed
-with CUDA events, median of 20 replays, in milliseconds per layer. Writes JSON and prints one line per
+At Qwen3.5-0.8B head shapes (16 key and value heads of 128, bf16 q/k/v, fp32 g and beta) and forests shaped
+like the harness's workloads (benchmarks/tiles.py FORESTS: QuALITY-like, a 5,000-token state and 9 questions
+of 120 tokens, and four of them packed as the offline path packs them; RACE-like, 8 states of 450 tokens with
+4 questions of 40 each), runs one layer's launches (GdnSpec.calls, through Triton's JIT) for the default
+tiles and each variant (fields of GdnTiles for Dv = 128, `;` between variants), each in its own process. Per
+variant: the output against the reference op (bf16 tolerance), a leaf's path against its plain stream
+(bitwise, E3) and digests of the output's bits and of the fp32 states entering each chunk (whether a code
+change kept them); then each launch group (prep, state walks, outputs) captured in its own CUDA graph and
+timed with CUDA events, median of 20 replays, in milliseconds per layer. Writes JSON and prints one line per
 variant and forest. A diagnostic, like profile_runtime.py: the benchmark is run.py.
 """
 
@@ -66,7 +67,7 @@ def layer(table, stream):
     items, tails, chunks = (t.to(DEVICE) for t in (tables.items, tables.tails, tables.chunks))
     calls = spec.calls(tables.num_chunks, tables.num_levels, tables.per_level, q, k, v, g, beta, g, g, items,
                        tails, chunks, work, out, slots)
-    return calls, out, (q, k, v, g, beta)
+    return calls, out, (q, k, v, g, beta), work.states
 
 
 def run_calls(calls) -> None:
@@ -82,7 +83,7 @@ def measure(name: str, nodes, table, stream) -> dict:
     from flidec.runtime.reference.forests import path_stream
     from flidec.runtime.reference.tolerance import TOLERANCE
 
-    calls, out, (q, k, v, g, beta) = layer(table, stream)
+    calls, out, (q, k, v, g, beta), states = layer(table, stream)
     run_calls(calls)
     rows = (stream.meta.segment_ids >= 0).to(DEVICE)
     want = ops.fork_gdn(q, k, v, g, beta, stream.meta)  # fp32 on the GPU, TF32 off (torch's default)
@@ -91,7 +92,7 @@ def measure(name: str, nodes, table, stream) -> dict:
     close = torch.allclose(out[rows].double(), want[rows].double(), atol=atol, rtol=rtol)
     leaf = len(nodes) - 1
     plain = path_stream(nodes, leaf)
-    pcalls, pout, _ = layer(table, plain)
+    pcalls, pout, _, _ = layer(table, plain)
     run_calls(pcalls)
     path = path_rows(stream.meta, leaf).to(DEVICE)
     exact = torch.equal(out[path], pout)
@@ -102,7 +103,9 @@ def measure(name: str, nodes, table, stream) -> dict:
         ms = {group: time_graph(lambda cs=cs: run_calls(cs)) for group, cs in groups.items()}
         ms["layer"] = time_graph(lambda: run_calls(calls))
     digest = hashlib.sha256(out[rows].float().cpu().numpy().tobytes()).hexdigest()[:16]
+    states_digest = hashlib.sha256(states.cpu().numpy().tobytes()).hexdigest()[:16]
     return {"variant": name, "close": close, "max_abs_err": err, "fork_equals_plain": exact, "digest": digest,
+            "states_digest": states_digest,
             "ms": ms, "launches": per_layer}
 
 

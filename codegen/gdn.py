@@ -46,6 +46,7 @@ from flidec.runtime.tables import ITEM_FIELDS, GdnTables, gdn_tables
 @dataclass(frozen=True, slots=True)
 class GdnTiles:
     block_v: int  # state walk: value columns per program (its state block in registers is Dk x block_v)
+    wide_v: int  # ... of a level with several live items, whose programs walk items side by side (WALK_SMS)
     state_warps: int
     prep_warps: int  # prep: [CHUNK, CHUNK] products, w and u in blocks of 64 columns
     block_o: int  # outputs: value columns per program
@@ -100,14 +101,14 @@ class GdnTiles:
 # 0.253), 0.259 on the RACE-like forest (0.279) and 0.0175 on one 177-row question (0.0149): 3 stages, for the
 # long states throughput is made of; like every tile choice here, one count for every bucket (E3).
 TILES: dict[int, GdnTiles] = {
-    16: GdnTiles(block_v=16, state_warps=4, state_stages=1, prep_warps=4, block_o=16, out_warps=4, dot="tf32x3",
-                 out_dot="tf32x3"),
-    32: GdnTiles(block_v=16, state_warps=4, state_stages=1, prep_warps=4, block_o=32, out_warps=4, dot="tf32x3",
-                 out_dot="tf32x3"),
-    64: GdnTiles(block_v=16, state_warps=4, state_stages=1, prep_warps=4, block_o=64, out_warps=4, dot="tf32x3",
-                 out_dot="tf32x3"),
-    128: GdnTiles(block_v=16, state_warps=4, state_stages=3, prep_warps=4, block_o=64, out_warps=4, dot="bf16x3",
-                  out_dot="bf16x3"),
+    16: GdnTiles(block_v=16, wide_v=16, state_warps=4, state_stages=1, prep_warps=4, block_o=16, out_warps=4,
+                 dot="tf32x3", out_dot="tf32x3"),
+    32: GdnTiles(block_v=16, wide_v=32, state_warps=4, state_stages=1, prep_warps=4, block_o=32, out_warps=4,
+                 dot="tf32x3", out_dot="tf32x3"),
+    64: GdnTiles(block_v=16, wide_v=32, state_warps=4, state_stages=1, prep_warps=4, block_o=64, out_warps=4,
+                 dot="tf32x3", out_dot="tf32x3"),
+    128: GdnTiles(block_v=16, wide_v=32, state_warps=4, state_stages=3, prep_warps=4, block_o=64, out_warps=4,
+                  dot="bf16x3", out_dot="bf16x3"),
 }
 KEY_DIMS = (16, 32, 64, 128)
 # bf16x3 products need a key dim of at least 64: on the H200 (2026-11-29, one forest of the tests, fp32
@@ -117,17 +118,27 @@ KEY_DIMS = (16, 32, 64, 128)
 BF16X3_KEY_DIM = 64
 # The walk's grid is sized for the SMs of an H100 SXM or H200 (sm_90's parts with the most), not for the
 # bucket: a level's items are shared among max(1, WALK_SMS // blocks) programs per value-head block (one at
-# 0.8B shapes, 128 blocks), each walking items program_id(1), + num_programs(1), ... up to the first padding
-# item (live items come first). A bucket holds up to `segments` items a level (22 at r192, 65 from r1024 up in
-# the systemone artifact), few of them live in most streams, and a walk program holds 208 KiB of shared
-# memory, so an SM runs one at a time: a program per (block, item) made the empty second level of a
-# one-question instance cost ~10 us a launch on the H200 (r192: 2,816 programs, all returning at once). The
-# prep and output kernels keep a program per (head block, chunk slot): at two programs an SM their padding
-# programs cost ~1 us a launch, and a loop over slots kept their loop-invariant masks live (the prep spilled
-# 120 bytes a thread, the normed output 40). Which program walks an item does not change its bits (E3).
-# Measured on the H200 (2026-11-29): the replays' walks (profile_runtime) r192 458 -> 163 us, r1024 1,675 ->
-# 798, r6144 4,380 -> 3,640; with every item inside the loop over items the walks of gdn_tiles.py's
-# 5,000-token forest took 0.245 ms against 0.203 before, so the first item is walked outside it (0.199-0.204).
+# 0.8B shapes with 16 columns a block, 128 blocks; two with 32), each walking items j, j + walkers, ... up to
+# the first padding item (live items come first). A bucket holds up to `segments` items a level (22 at r192,
+# 65 from r1024 up in the systemone artifact), few of them live in most streams, and a walk program holds
+# 208 KiB of shared memory (224 with both widths), so an SM runs one at a time: a program per (block, item)
+# made the empty second level of a one-question instance cost ~10 us a launch on the H200 (r192: 2,816
+# programs, all returning at once). The prep and output kernels keep a program per (head block, chunk slot):
+# at two programs an SM their padding programs cost ~1 us a launch, and a loop over slots kept their
+# loop-invariant masks live (the prep spilled 120 bytes a thread, the normed output 40). Which program walks
+# an item does not change its bits (E3). Measured on the H200 (2026-11-29): the replays' walks
+# (profile_runtime) r192 458 -> 163 us, r1024 1,675 -> 798, r6144 4,380 -> 3,640; with every item inside the
+# loop over items the walks of gdn_tiles.py's 5,000-token forest took 0.245 ms against 0.203 before, so the
+# first item is walked outside it (0.199-0.204). One width cannot serve both shapes of level (gdn_tiles.py,
+# 2026-11-30, H200): 32 columns walk two items side by side but one long item 15% slower than 16 (0.228
+# against 0.198 ms on the QuALITY-like state), so each walk launch holds both (GdnTiles.wide_v): narrow
+# programs walk a level with one live item, wide ones a level with several, and the other kind returns at
+# once. Walks a layer, narrow only -> both: four packed QuALITY-like instances 0.749 -> 0.542 ms, RACE-like
+# forest 0.247 -> 0.173, one QuALITY-like instance 0.197 -> 0.193 (its nine 2-chunk questions), one
+# independent question 0.018 -> 0.016; outputs' and fp32 states' digests unchanged in all four. The launch
+# compiles both kinds (gdn_spills.py, sm_90): 230 registers, 224 KiB of shared memory (the branches share it),
+# the narrow loop body 569 SASS instructions against 565 alone. 64 columns do not fit: 256 KiB of shared
+# memory at 3 stages, and spills at 2.
 WALK_SMS = 132
 
 _DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
@@ -354,40 +365,69 @@ def gdn_state_kernel(
     slots_ptr,  # fp32 [slots, HV, DK, DV]
     item_base,  # i32: this level's first item
     level_items,  # i32: this level's items, live ones first (then padding: total 0)
-    HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, BLOCK_V: tl.constexpr, CHUNK: tl.constexpr,
-    NUM_FIELDS: tl.constexpr, F_LENGTH: tl.constexpr, F_TAIL: tl.constexpr, F_SRC: tl.constexpr,
-    F_DST: tl.constexpr, F_FIRST: tl.constexpr,
+    HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, BLOCK_V: tl.constexpr, WIDE_V: tl.constexpr,
+    CHUNK: tl.constexpr, NUM_FIELDS: tl.constexpr, F_LENGTH: tl.constexpr, F_TAIL: tl.constexpr,
+    F_SRC: tl.constexpr, F_DST: tl.constexpr, F_FIRST: tl.constexpr,
     DOT: tl.constexpr,  # tl.dot input precision of the products without SPLIT (GdnTiles.dot)
     SPLIT: tl.constexpr,  # w and ke are bf16 hi and lo planes: three explicit bf16 products each (bf16x3)
 ):
-    """The state's walk along its level's items program_id(1), + num_programs(1), ... up to the first
-    padding item (WALK_SMS), for one value head and BLOCK_V value columns (_walk_item)."""
-    j = tl.program_id(1)
+    """The state's walk along its level's items (_walk_items). With WIDE_V == BLOCK_V, program p walks value
+    block p % blocks and items p // blocks, + programs // blocks, ...; else the first HV * DV / BLOCK_V
+    programs (narrow: one a block) walk a level with one live item, and the rest (wide: WIDE_V columns, the
+    items shared among a block's programs as above) a level with several (GdnTiles.wide_v)."""
+    pid = tl.program_id(0)
+    NARROW: tl.constexpr = HV * (DV // BLOCK_V)
+    if WIDE_V == BLOCK_V:
+        _walk_items(w_ptr, u_ptr, ke_ptr, decay_ptr, states_ptr, items_ptr, slots_ptr, item_base, level_items,
+                    pid % NARROW, pid // NARROW, tl.num_programs(0) // NARROW, HV, DK, DV, BLOCK_V, CHUNK,
+                    NUM_FIELDS, F_LENGTH, F_TAIL, F_SRC, F_DST, F_FIRST, DOT, SPLIT)
+    else:
+        several = _item_total(items_ptr, item_base + 1, 1 < level_items, NUM_FIELDS, F_LENGTH, F_TAIL) > 0
+        if pid < NARROW:
+            if not several:
+                _walk_items(w_ptr, u_ptr, ke_ptr, decay_ptr, states_ptr, items_ptr, slots_ptr, item_base,
+                            level_items, pid, 0, 1, HV, DK, DV, BLOCK_V, CHUNK, NUM_FIELDS, F_LENGTH, F_TAIL,
+                            F_SRC, F_DST, F_FIRST, DOT, SPLIT)
+        elif several:
+            WIDE: tl.constexpr = HV * (DV // WIDE_V)
+            q = pid - NARROW
+            _walk_items(w_ptr, u_ptr, ke_ptr, decay_ptr, states_ptr, items_ptr, slots_ptr, item_base,
+                        level_items, q % WIDE, q // WIDE, (tl.num_programs(0) - NARROW) // WIDE, HV, DK, DV,
+                        WIDE_V, CHUNK, NUM_FIELDS, F_LENGTH, F_TAIL, F_SRC, F_DST, F_FIRST, DOT, SPLIT)
+
+
+@triton.jit
+def _walk_items(w_ptr, u_ptr, ke_ptr, decay_ptr, states_ptr, items_ptr, slots_ptr, item_base, level_items,
+                block, j, step, HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, BLOCK_V: tl.constexpr,
+                CHUNK: tl.constexpr, NUM_FIELDS: tl.constexpr, F_LENGTH: tl.constexpr, F_TAIL: tl.constexpr,
+                F_SRC: tl.constexpr, F_DST: tl.constexpr, F_FIRST: tl.constexpr, DOT: tl.constexpr,
+                SPLIT: tl.constexpr):
+    """Value block `block` (BLOCK_V columns) of the level's items j, j + step, ... up to the first padding
+    item (WALK_SMS)."""
     total = _item_total(items_ptr, item_base + j, j < level_items, NUM_FIELDS, F_LENGTH, F_TAIL)
-    if total == 0:
-        return
     # the first item outside the loop over items: every level's first (at 0.8B shapes often its only) walk
     # then runs as a kernel-level loop, which the H200 ran faster than the same loop inside the while
-    _walk_item(w_ptr, u_ptr, ke_ptr, decay_ptr, states_ptr, items_ptr + (item_base + j) * NUM_FIELDS,
-               slots_ptr, total, HV, DK, DV, BLOCK_V, CHUNK, F_SRC, F_DST, F_FIRST, DOT, SPLIT)
-    j += tl.num_programs(1)
+    if total > 0:
+        _walk_item(w_ptr, u_ptr, ke_ptr, decay_ptr, states_ptr, items_ptr + (item_base + j) * NUM_FIELDS,
+                   slots_ptr, total, block, HV, DK, DV, BLOCK_V, CHUNK, F_SRC, F_DST, F_FIRST, DOT, SPLIT)
+    j += step
     total = _item_total(items_ptr, item_base + j, j < level_items, NUM_FIELDS, F_LENGTH, F_TAIL)
     while total > 0:
         _walk_item(w_ptr, u_ptr, ke_ptr, decay_ptr, states_ptr, items_ptr + (item_base + j) * NUM_FIELDS,
-                   slots_ptr, total, HV, DK, DV, BLOCK_V, CHUNK, F_SRC, F_DST, F_FIRST, DOT, SPLIT)
-        j += tl.num_programs(1)
+                   slots_ptr, total, block, HV, DK, DV, BLOCK_V, CHUNK, F_SRC, F_DST, F_FIRST, DOT, SPLIT)
+        j += step
         total = _item_total(items_ptr, item_base + j, j < level_items, NUM_FIELDS, F_LENGTH, F_TAIL)
 
 
 @triton.jit
-def _walk_item(w_ptr, u_ptr, ke_ptr, decay_ptr, states_ptr, fields, slots_ptr, total,
+def _walk_item(w_ptr, u_ptr, ke_ptr, decay_ptr, states_ptr, fields, slots_ptr, total, block,
                HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, BLOCK_V: tl.constexpr,
                CHUNK: tl.constexpr, F_SRC: tl.constexpr, F_DST: tl.constexpr, F_FIRST: tl.constexpr,
                DOT: tl.constexpr, SPLIT: tl.constexpr):
     """One item's walk (`fields` its row of the items table, `total` its positions), two dependent products
     per chunk: states[chunk] = S, v_new = u - w S (written over u), S <- decay S + ke^T v_new (full chunks
-    only); then its dst slot."""
-    hv = tl.program_id(0) // (DV // BLOCK_V)
+    only); then its dst slot. `block` is the value head and BLOCK_V columns the program walks."""
+    hv = block // (DV // BLOCK_V)
     src = tl.load(fields + F_SRC)
     dst = tl.load(fields + F_DST)
     first = tl.load(fields + F_FIRST)
@@ -396,7 +436,7 @@ def _walk_item(w_ptr, u_ptr, ke_ptr, decay_ptr, states_ptr, fields, slots_ptr, t
 
     offs_c = tl.arange(0, CHUNK)
     offs_k = tl.arange(0, DK)
-    offs_v = (tl.program_id(0) % (DV // BLOCK_V)) * BLOCK_V + tl.arange(0, BLOCK_V)
+    offs_v = (block % (DV // BLOCK_V)) * BLOCK_V + tl.arange(0, BLOCK_V)
     state_at = (hv * DK + offs_k[:, None]) * DV + offs_v[None, :]
     slot_size = HV * DK * DV
     state = tl.load(slots_ptr + tl.maximum(src, 0).to(tl.int64) * slot_size + state_at,
@@ -591,8 +631,8 @@ class GdnSpec:
     def state_constexprs(self) -> dict[str, int | str]:
         fields = {f"F_{name.upper()}": _FIELD[name] for name in ("length", "tail", "src", "dst", "first")}
         return {"HV": self.num_v_heads, "DK": self.key_dim, "DV": self.value_dim, "BLOCK_V": self.tiles.block_v,
-                "CHUNK": CHUNK, "NUM_FIELDS": len(ITEM_FIELDS), **fields, "DOT": self.tiles.dot,
-                "SPLIT": self.split}
+                "WIDE_V": self.tiles.wide_v, "CHUNK": CHUNK, "NUM_FIELDS": len(ITEM_FIELDS), **fields,
+                "DOT": self.tiles.dot, "SPLIT": self.split}
 
     def out_signature(self) -> dict[str, str]:
         sig = self._work(ChunkWork.OUT_PARTS)
@@ -617,9 +657,18 @@ class GdnSpec:
         return (self.num_v_heads, num_chunks)
 
     def state_grid(self, per_level: int) -> tuple[int, int]:
-        """Per value-head block, programs that share the level's items (WALK_SMS)."""
-        blocks = self.num_v_heads * (self.value_dim // self.tiles.block_v)
-        return (blocks, min(per_level, max(1, WALK_SMS // blocks)))
+        """One program per narrow value-head block, then per wide block the programs that share a level's
+        items (gdn_state_kernel, WALK_SMS); with one width, per block the programs that share them."""
+        t = self.tiles
+        narrow = self.num_v_heads * (self.value_dim // t.block_v)
+        if t.wide_v == t.block_v:
+            return (narrow * self.walkers(per_level), 1)
+        wide = self.num_v_heads * (self.value_dim // t.wide_v)
+        return (narrow + (wide * self.walkers(per_level) if per_level > 1 else 0), 1)
+
+    def walkers(self, per_level: int) -> int:
+        """Programs per value-head block that share a level's items: of the wide walk, or of the one width."""
+        return min(per_level, max(1, WALK_SMS // (self.num_v_heads * (self.value_dim // self.tiles.wide_v))))
 
     def out_grid(self, num_chunks: int) -> tuple[int, int]:
         """With the norm, a program holds every value column of its head (the norm reduces over them)."""

@@ -164,24 +164,25 @@ def test_fork_gdn_fused_gate_matches_reference(device) -> None:
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("shape", ["off_64", "on_64"])
-def test_fork_gdn_is_exact(dtype, shape, device, monkeypatch) -> None:
+@pytest.mark.parametrize(("shape", "dk"), [("off_64", 16), ("on_64", 16), ("on_64", 128)])
+def test_fork_gdn_is_exact(dtype, shape, dk, device, monkeypatch) -> None:
     """E3: every path's rows in the forest equal its plain single-sequence stream bit for bit; E1: also with
     the tables padded to a bigger bucket (more levels, items per level and slots), and with one walk program
     per value-head block walking all of a level's items in turn. With GQA (2 value heads per key head) and
-    two blocks of value columns (Dv = 128)."""
+    several blocks of value columns (Dv = 128): the forest's levels with several items take the wide walk,
+    each plain stream the narrow one. Dk = 128 multiplies as the 0.8B checkpoint does (bf16x3)."""
     nodes = forest(SHAPES[shape])
     stream = pack_forest(nodes, PLACEMENT[shape], gap=2)
-    table = token_table(nodes, hk=1, hv=2, dk=16, dv=128, dtype=dtype, seed=1)
+    table = token_table(nodes, hk=1, hv=2, dk=dk, dv=128, dtype=dtype, seed=1)
     args = lookup(table, stream.tokens, QKVGB, device)
     out = fork_gdn(*args, stream.meta)
     padded = fork_gdn(*args, stream.meta, levels=4, per_level=9, num_slots=7)
     rows = segment_rows(stream.meta).to(device)
     assert torch.equal(out[rows], padded[rows]) and padded[~rows].isnan().all()
     spec = gdn_spec(*args, out, fused_gate=False)
-    assert spec.state_grid(9)[1] > 1  # else the default already walks every item in one program
+    assert spec.walkers(9) > 1  # else the default already walks every item in one program
     monkeypatch.setattr(gdn, "WALK_SMS", 1)
-    assert spec.state_grid(9)[1] == 1
+    assert spec.walkers(9) == 1
     one_walker = fork_gdn(*args, stream.meta, levels=4, per_level=9, num_slots=7)
     assert torch.equal(out[rows], one_walker[rows]) and one_walker[~rows].isnan().all()
     for leaf in leaves(nodes):
@@ -189,6 +190,26 @@ def test_fork_gdn_is_exact(dtype, shape, device, monkeypatch) -> None:
         want = fork_gdn(*lookup(table, plain.tokens, QKVGB, device), plain.meta)
         got = out[path_rows(stream.meta, leaf).to(device)]
         assert torch.equal(got, want), f"path {path_nodes(nodes, leaf)} differs from its plain stream"
+
+
+def test_walk_takes_levels_of_several_items_wide(device, monkeypatch) -> None:
+    """A level with one live item is walked by the narrow programs (one a value block), a level with several
+    by the wide ones: with every walk's grid cut to its narrow programs, the root's rows are as before and
+    the rows of its two children (one level, two items) are never computed."""
+    nodes = forest([(-1, 130), (0, 20), (0, 70)])
+    stream = pack_forest(nodes, gap=1)
+    table = token_table(nodes, hk=1, hv=1, dk=16, dv=128, dtype=torch.float32, seed=3)
+    args = lookup(table, stream.tokens, QKVGB, device)
+    whole = fork_gdn(*args, stream.meta)
+    spec = gdn_spec(*args, whole, fused_gate=False)
+    narrow = spec.num_v_heads * spec.value_dim // spec.tiles.block_v
+    assert spec.tiles.wide_v > spec.tiles.block_v and spec.state_grid(9)[0] > narrow
+    monkeypatch.setattr(gdn.GdnSpec, "state_grid", lambda self, per_level: (narrow, 1))
+    cut = fork_gdn(*args, stream.meta)
+    root, children = path_rows(stream.meta, 0).to(device), segment_rows(stream.meta).to(device)
+    children[root] = False
+    assert not whole[children].isnan().any() and cut[children].isnan().all()
+    assert torch.equal(cut[root], whole[root])
 
 
 def test_fork_gdn_fused_gate_is_exact(device) -> None:

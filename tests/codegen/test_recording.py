@@ -134,8 +134,9 @@ def test_gdn_launches_a_prep_one_state_walk_per_level_then_the_outputs_on_the_bu
     assert {s.grid for s in preps} == {(4, chunks)} and {s.grid for s in outs} == {(4, chunks)}  # Dv 16: one block
     assert [s.args[7].value for s in walks] == [lvl * BUCKET.segments for lvl in range(BUCKET.depth)] * 3
     assert {s.args[8].value for s in walks} == {BUCKET.segments}  # a level's items: where walkers stop
-    # 4 value-head blocks a level, each with a program per item here (gdn.WALK_SMS: up to 33 for 4 blocks)
-    assert {s.grid for s in walks} == {(4, BUCKET.segments)}
+    # 4 value-head blocks a level (Dv 16: one width), each with a program per item here (gdn.WALK_SMS: up to
+    # 33 for 4 blocks), in one grid axis
+    assert {s.grid for s in walks} == {(4 * BUCKET.segments, 1)}
     buffers = {b.name: b for b in rec.buffers}
     items, tails, table = (buffers[preps[0].args[i].buffer] for i in (7, 8, 9))
     capacity = f"per_level=6,slots=6,chunks={chunks}"
