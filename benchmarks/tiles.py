@@ -20,9 +20,10 @@ import torch
 
 # (parent, tokens) per node, parents first. QuALITY-like: a 5,000-token state and 9 questions of 120 tokens;
 # RACE-like: 8 states of 450 tokens with 4 questions of 40 each; quality4: four QuALITY-like instances, as the
-# offline path packs them; tiny: checks a script on the CPU interpreter.
+# offline path packs them; state: the QuALITY-like state alone; tiny: checks a script on the CPU interpreter.
 FORESTS = {
     "quality": [(-1, 5000)] + [(0, 120)] * 9,
+    "state": [(-1, 5000)],
     "quality4": [node for s in range(4) for node in [(-1, 5000)] + [(10 * s, 120)] * 9],
     "race": [node for s in range(8) for node in [(-1, 450)] + [(5 * s, 40)] * 4],
     "tiny": [(-1, 130), (0, 20), (0, 70)],
