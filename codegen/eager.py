@@ -39,8 +39,8 @@ def launch(kernel: Any, grid: tuple[int, ...], *args: Any, device: torch.device,
             kernel[grid](*args, **constexprs)
         return
     if device.type != "cuda":
-        raise RuntimeError(f"a compiled Triton kernel needs CUDA tensors, got {device}; set TRITON_INTERPRET=1 "
-                           "before importing triton to run kernels on the CPU")
+        raise RuntimeError(f"a compiled Triton kernel needs CUDA tensors, got {device}; set "
+                           "TRITON_INTERPRET=1 before importing triton to run kernels on the CPU")
     # kernels that build TMA descriptors on the device (codegen/gemm.py PERSISTENT) take Triton's global
     # scratch, which Triton allocates per launch through this allocator
     triton.set_allocator(_scratch)
@@ -59,8 +59,10 @@ def _scratch(size: int, alignment: int, stream: int | None) -> torch.Tensor:
 
 @contextmanager
 def _interpreter_fixed() -> Iterator[None]:
-    """Patch two Triton 3.6 interpreter bugs for the duration of a launch (undone on exit).
+    """Patch the Triton 3.6 interpreter for the duration of a launch (undone on exit).
 
+    - tl.dot is numpy's matmul, whose rounding depends on the rows beside a row and on the CPU: floating
+      products take _tree_dot instead, so a row's bits are its own (E3 under the interpreter).
     - bf16 tl.dot: the interpreter stores bfloat16 as uint16 and create_dot multiplies the raw bit patterns
       (triton-lang/triton#11584). The GPU multiplies bf16 values exactly into fp32, which widening the
       operands to fp32 before the matmul computes.
@@ -74,7 +76,11 @@ def _interpreter_fixed() -> Iterator[None]:
     patch_tensor: Callable = interpreter._patch_lang_tensor
 
     def fixed_dot(a, b, d, input_precision, max_num_imprecise_acc):
-        return create_dot(_widen_bf16(a), _widen_bf16(b), d, input_precision, max_num_imprecise_acc)
+        a, b = _widen_bf16(a), _widen_bf16(b)
+        if not all(np.issubdtype(x.dtype, np.floating) for x in (a.data, b.data, d.data)):
+            # integer products are exact, and fp8 operands (raw bits) are widened by create_dot itself
+            return create_dot(a, b, d, input_precision, max_num_imprecise_acc)
+        return interpreter.TensorHandle(_tree_dot(a.data, b.data, d.data), d.dtype.scalar)
 
     def fixed_cast(src, dst_type):
         if src.dtype.scalar != tl.float32 or dst_type.scalar != tl.bfloat16:
@@ -94,6 +100,25 @@ def _interpreter_fixed() -> Iterator[None]:
     finally:
         del builder.create_dot, builder.cast_impl, builder.create_fp_trunc  # back to the class's methods
         interpreter._patch_lang_tensor = patch_tensor
+
+
+def _tree_dot(a: np.ndarray, b: np.ndarray, acc: np.ndarray) -> np.ndarray:
+    """acc + a @ b, each output element summed over K in one fixed pairwise order.
+
+    numpy's matmul hands fp32 products to the BLAS, whose blocking (and so each element's rounding) depends
+    on the row count, the shapes and the CPU's kernels: under it a row's bits depend on the other rows. Here
+    every product is rounded alone, then the K products are added pairwise (k and k + half, halving until one
+    is left), an order fixed by K only, so a row's bits are the same whatever M, N and the CPU.
+    """
+    dtype = acc.dtype
+    k = a.shape[-1]
+    width = 1 << max(k - 1, 0).bit_length()  # K padded to a power of two: adding the zero pad is exact
+    terms = np.zeros((*a.shape[:-1], width, b.shape[-1]), dtype)
+    terms[..., :k, :] = a.astype(dtype)[..., :, :, None] * b.astype(dtype)[..., None, :, :]
+    while width > 1:
+        width //= 2
+        terms = terms[..., :width, :] + terms[..., width:, :]
+    return terms[..., 0, :] + acc
 
 
 def _widen_bf16(h: interpreter.TensorHandle) -> interpreter.TensorHandle:

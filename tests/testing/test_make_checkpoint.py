@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 
 import pytest
 import torch
@@ -42,11 +41,8 @@ def _load(cls, path, **kwargs):
     return model.eval(), info
 
 
-def test_tiny_builds_in_a_few_seconds(tmp_path):
-    mc.make_checkpoint(tmp_path / "warm", "tiny", weights=False)  # imports and the tokenizer cache
-    start = time.perf_counter()
+def test_tiny_builds_the_files_of_a_checkpoint(tmp_path):
     ckpt = mc.make_checkpoint(tmp_path / "t", "tiny", seed=3)
-    assert time.perf_counter() - start < 5.0
     names = {p.name for p in ckpt.path.iterdir()}
     assert {
         "config.json",
