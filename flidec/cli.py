@@ -1,16 +1,19 @@
 """The `flidec` command line: one function per subcommand, each registered on an argparse subparser.
 
-Consumes argv; produces exit codes (0 fine, 1 a problem in the user's input, 2 a usage error from
-argparse) and text: results on stdout, diagnostics on stderr. Every FlideError becomes a message, never a
-traceback. To add a subcommand, write `add_NAME(subparsers)` (setting `run`) and list it in COMMANDS.
+Consumes argv; produces exit codes (0 fine, 1 a problem in the user's input or surroundings, 2 a usage
+error from argparse, 70 an internal error, 130 interrupted) and text: results on stdout, diagnostics on
+stderr. Every FlideError or OSError becomes one line, never a traceback; anything else is reported as a bug
+in flidec (FLIDEC_TRACEBACK=1 shows its traceback). To add a subcommand, write `add_NAME(subparsers)`
+(setting `run`) and list it in COMMANDS.
 """
 
 from __future__ import annotations
 
 import argparse
-import difflib
 import os
+import re
 import sys
+import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -18,18 +21,35 @@ from flidec.ir.errors import FlideError, SpecError
 from flidec.ir.tree import Ask, Node, Text, Tree
 from flidec.models import DEMO_MODEL
 
+EXIT_INTERNAL = 70  # EX_SOFTWARE: a bug in flidec, as rustc reports its own
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a command stopped by Ctrl-C
+
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
     try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
         return int(args.run(args))
     except FlideError as e:
         print(f"flidec: error: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("\nflidec: interrupted; nothing was replaced in the output", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except BrokenPipeError:  # output piped into a reader that stopped early (`| head`): not our error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+    except OSError as e:  # the surroundings (a full disk, a vanished file), not flidec's logic
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"flidec: error: {where}{e.strerror or e}", file=sys.stderr)
+        return 1
+    except Exception as e:
+        if os.environ.get("FLIDEC_TRACEBACK"):
+            traceback.print_exc()
+        message = str(e).splitlines()[0][:300] if str(e) else ""
+        print(f"flidec: internal error: {type(e).__name__}: {message}; this is a bug in flidec; please "
+              "report it with the command and input (FLIDEC_TRACEBACK=1 shows where)", file=sys.stderr)
+        return EXIT_INTERNAL
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -71,8 +91,8 @@ def run_check(args: argparse.Namespace) -> int:
 
 
 def add_inspect(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("inspect", help="show a spec's trees, bounds and worst-case token counts, or an artifact's "
-                       "manifest, buckets, kernels and padding")
+    p = sub.add_parser("inspect", help="show a spec's trees, bounds and worst-case token counts, or an "
+                       "artifact's manifest, buckets, kernels and padding")
     p.add_argument("spec", metavar="SPEC|ARTIFACT", help="a .flide file or an artifact directory")
     p.set_defaults(run=run_inspect)
 
@@ -129,10 +149,12 @@ def inspect_tree(tree: Tree) -> str:
                 repeat = range_text(node.repeat) if node.repeat else ""
                 types = " | ".join(type_text(t, node.criteria) for t in node.types)
                 parts = f"instructions {part(node.instructions)}, criteria {part(node.criteria)}"
-                rows.append((f"{pad}ask {node.name}{repeat}: {types}", f"{parts}; <= {ask_tokens(node)} tokens"))
+                rows.append((f"{pad}ask {node.name}{repeat}: {types}",
+                             f"{parts}; <= {ask_tokens(node)} tokens"))
             else:
                 text = f", text{bound_text(node.text)} each" if node.text else ""
-                rows.append((f"{pad}fork {node.name}", f"level {level + 1}: {range_text(node.fanout)} branches{text}"))
+                rows.append((f"{pad}fork {node.name}",
+                             f"level {level + 1}: {range_text(node.fanout)} branches{text}"))
                 walk(node.body, depth + 1, level + 1)
 
     s = tree.state
@@ -141,7 +163,8 @@ def inspect_tree(tree: Tree) -> str:
         head += f"  (wire {tree.wire})"
     if tree.buckets:
         head += "  buckets " + ", ".join(str(b) for b in tree.buckets)
-    rows.append((f"  state {s.name}", f"level 0: text{bound_text(s.bound)}" + (", resumable" if s.resumable else "")))
+    rows.append((f"  state {s.name}",
+                 f"level 0: text{bound_text(s.bound)}" + (", resumable" if s.resumable else "")))
     walk(tree.body, 1, 0)
     width = max(len(a) for a, _ in rows) + 2
     lines = [head] + [f"{a:<{width}}{b}" for a, b in rows]
@@ -150,8 +173,9 @@ def inspect_tree(tree: Tree) -> str:
     for i, n in enumerate(levels):
         lines.append(f"    level {i}: {n}")
     lines.append(f"    total:   {sum(levels)} (limit {MAX_TREE_TOKENS})")
-    lines.append(f"  (upper bounds: a constant string counts as its UTF-8 bytes, which byte-level BPE never exceeds "
-                 f"in tokens; each ask adds {ASK_FRAME_TOKENS} tokens of framing and {OPTION_FRAME_TOKENS} per option)")
+    lines.append(f"  (upper bounds: a constant string counts as its UTF-8 bytes, which byte-level BPE never "
+                 f"exceeds in tokens; each ask adds {ASK_FRAME_TOKENS} tokens of framing and "
+                 f"{OPTION_FRAME_TOKENS} per option)")
     return "\n".join(lines)
 
 
@@ -166,13 +190,16 @@ def inspect_artifact(m: dict) -> str:
              f"  files    {len(m['files'])}",
              "  buckets:"]
     for b in m["buckets"]:
-        extra = f"  arena {b['arena_bytes'] / 2**20:.1f} MiB, {b['launches']} launches" if "recording" in b else ""
-        lines.append(f"    {b['tree']}/{b['bucket']}: rows {b['rows']}, segments {b['segments']}, depth {b['depth']}, "
-                     f"reads {b['reads']}, labels {b['labels']}, padding <= {100 * b['padding']:.1f}%{extra}")
+        extra = (f"  arena {b['arena_bytes'] / 2**20:.1f} MiB, {b['launches']} launches"
+                 if "recording" in b else "")
+        lines.append(f"    {b['tree']}/{b['bucket']}: rows {b['rows']}, segments {b['segments']}, "
+                     f"depth {b['depth']}, reads {b['reads']}, labels {b['labels']}, "
+                     f"padding <= {100 * b['padding']:.1f}%{extra}")
     if m["kernels"]:
         lines.append("  kernels (registers: not recorded by Triton's metadata):")
-        for key, k in sorted(m["kernels"].items(), key=lambda kv: (kv[1]["name"], kv[0])):
-            lines.append(f"    {k['name']:<24} {k['digest'][:12]}  warps {k['num_warps']}, shared {k['shared']} B")
+        for _, k in sorted(m["kernels"].items(), key=lambda kv: (kv[1]["name"], kv[0])):
+            lines.append(f"    {k['name']:<24} {k['digest'][:12]}  warps {k['num_warps']}, "
+                         f"shared {k['shared']} B")
     return "\n".join(lines)
 
 
@@ -182,8 +209,8 @@ def inspect_artifact(m: dict) -> str:
 def add_compile(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("compile", help="compile a spec and a model into an artifact (no GPU needed)")
     p.add_argument("spec", metavar="SPEC", help=".flide file")
-    p.add_argument("--model", default=None, help="model directory or hub id (default: the embedded demo model, "
-                   "flidec/models/demo)")
+    p.add_argument("--model", default=None, help="model directory or hub id (default: the embedded demo "
+                   "model, flidec/models/demo)")
     p.add_argument("--target", required=True, choices=["sm_90", "cpu"], help="sm_90 (H100/H200) or cpu (the "
                    "reference executor)")
     p.add_argument("-o", "--out", required=True, metavar="OUT", help="the artifact directory (new or empty)")
@@ -215,8 +242,8 @@ def run_compile(args: argparse.Namespace) -> int:
     except SpecError as e:
         print(e.render(), file=sys.stderr)
         return 1
-    print(f"{report.out}: {report.buckets} buckets, {report.kernels} kernels ({report.compiled} compiled now), "
-          f"{report.bytes / 2**20:.1f} MiB in {report.seconds:.1f} s")
+    print(f"{report.out}: {report.buckets} buckets, {report.kernels} kernels ({report.compiled} compiled "
+          f"now), {report.bytes / 2**20:.1f} MiB in {report.seconds:.1f} s")
     return 0
 
 
@@ -226,7 +253,8 @@ def run_compile(args: argparse.Namespace) -> int:
 def add_fmt(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("fmt", help="rewrite specs in canonical form (comments kept)")
     p.add_argument("specs", nargs="+", metavar="SPEC", help=".flide files")
-    p.add_argument("--check", action="store_true", help="change nothing; print a diff and exit 1 if not canonical")
+    p.add_argument("--check", action="store_true",
+                   help="change nothing; print a diff and exit 1 if not canonical")
     p.set_defaults(run=run_fmt)
 
 
@@ -247,14 +275,52 @@ def run_fmt(args: argparse.Namespace) -> int:
         if canonical == source:
             continue
         if args.check:
-            sys.stdout.writelines(difflib.unified_diff(source.splitlines(keepends=True),
-                                                       canonical.splitlines(keepends=True),
-                                                       f"{path} (as written)", f"{path} (canonical)"))
+            sys.stdout.write(changed_hunk(source, canonical, f"{path} (as written)", f"{path} (canonical)"))
             status = 1
-        else:
+            continue
+        try:
             Path(path).write_text(canonical, encoding="utf-8")
-            print(f"formatted {path}", file=sys.stderr)
+        except OSError as e:
+            print(f"flidec: error: cannot rewrite {path}: {e.strerror or e}; check its permissions, or use "
+                  "--check", file=sys.stderr)
+            status = 1
+            continue
+        print(f"formatted {path}", file=sys.stderr)
     return status
+
+
+DIFF_LINES = 40  # lines of each side a `fmt --check` hunk shows
+DIFF_WIDTH = 200  # characters of each shown line
+
+
+def changed_hunk(old: str, new: str, old_name: str, new_name: str, context: int = 3) -> str:
+    """One unified-diff hunk from the first line that differs to the last one, found in linear time (the
+    common leading and trailing lines are skipped; no alignment in between), each side cut to DIFF_LINES
+    lines of at most DIFF_WIDTH characters."""
+    a, b = old.splitlines(keepends=True), new.splitlines(keepends=True)
+    head = 0
+    while head < min(len(a), len(b)) and a[head] == b[head]:
+        head += 1
+    tail = 0
+    while tail < min(len(a), len(b)) - head and a[-1 - tail] == b[-1 - tail]:
+        tail += 1
+    start = max(0, head - context)
+    a_end, b_end = len(a) - max(0, tail - context), len(b) - max(0, tail - context)
+
+    def shown(prefix: str, lines: list[str]) -> list[str]:
+        out = []
+        for line in lines[:DIFF_LINES]:
+            text = line.rstrip("\n")
+            out.append(prefix + (text if len(text) <= DIFF_WIDTH else text[:DIFF_WIDTH] + "...") + "\n")
+        if len(lines) > DIFF_LINES:
+            out.append(f"{prefix}... ({len(lines) - DIFF_LINES} more lines)\n")
+        return out
+
+    lines = [f"--- {old_name}\n", f"+++ {new_name}\n",
+             f"@@ -{start + 1},{a_end - start} +{start + 1},{b_end - start} @@\n"]
+    lines += shown(" ", a[start:head]) + shown("-", a[head:len(a) - tail]) + shown("+", b[head:len(b) - tail])
+    lines += shown(" ", a[len(a) - tail:a_end])
+    return "".join(lines)
 
 
 # ---- run ------------------------------------------------------------------------------------------------
@@ -266,16 +332,27 @@ def add_run(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", help="model directory or hub id, for a .flide spec (default: the embedded demo "
                    "model; an artifact brings its own)")
     p.add_argument("--instances", required=True, metavar="I.jsonl[.gz]", help="one instance per line")
-    p.add_argument("--out", required=True, metavar="DIR", help="writes DIR/results.jsonl and DIR/summary.json")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="writes DIR/results.jsonl and DIR/summary.json")
     p.add_argument("--tree", help="the tree to run (needed when the spec has several)")
-    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
-    p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"], help="weights and activations")
-    p.add_argument("--max-stream-tokens", type=int, default=8192,
-                   help="pack instances into streams of at most this many tokens (default 8192)")
+    p.add_argument("--device", default="cpu", type=device_name, help="cpu, cuda or cuda:N (default cpu)")
+    p.add_argument("--dtype", choices=["fp32", "bf16"], help="weights and activations (default fp32; a cuda "
+                   "artifact: its kernels' own, and another is refused)")
+    p.add_argument("--max-stream-tokens", type=int,
+                   help="a spec: pack instances into streams of at most this many tokens (default 8192)")
+    p.add_argument("--trust-weights", action="store_true", help="an artifact: skip hashing its weights at "
+                   "load (a trusted in-place swap of same-sized weights; sizes and config are still checked)")
     p.add_argument("--served-name", help="the model name System One responses report (default: the model "
                    "directory's name)")
     p.add_argument("--quiet", action="store_true", help="no progress line")
     p.set_defaults(run=run_run)
+
+
+def device_name(text: str) -> str:
+    """--device's value: cpu, cuda or cuda:N (argparse turns the error into a usage line)."""
+    if re.fullmatch(r"cpu|cuda(:\d+)?", text) is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a device flidec runs on: use cpu, cuda or cuda:N")
+    return text
 
 
 def run_run(args: argparse.Namespace) -> int:
@@ -284,7 +361,7 @@ def run_run(args: argparse.Namespace) -> int:
     model = args.model or (None if Path(args.spec).is_dir() else _demo_model())  # an artifact brings its own
     summary = run(args.spec, model, args.instances, args.out, tree=args.tree, device=args.device,
                   dtype=args.dtype, max_stream_tokens=args.max_stream_tokens, served_name=args.served_name,
-                  progress=not args.quiet)
+                  progress=not args.quiet, trust_weights=args.trust_weights)
     print(f"{summary.answered} answered, {summary.failed} failed, {summary.questions} questions in "
           f"{summary.wall_s:.1f} s ({summary.questions_per_s:.1f} questions/s); results in "
           f"{Path(args.out) / 'results.jsonl'}")

@@ -4,16 +4,20 @@ Consumes a .flide spec, a model directory and a target; produces the artifact di
 docs/ARTIFACT.md). The pipeline, top to bottom: the tree passes (passes/pipeline.TREE_PIPELINE) give the
 program IR, a bucket ladder per tree; for a GPU target the model is traced (shapes only: no weights are
 loaded), the graph passes (GRAPH_PIPELINE) lower it once, each bucket's launches are recorded, and every
-distinct kernel is compiled for the target with codegen/aot (Triton's compiler, not its cache; TRITON_INTERPRET
-must be unset). A `cpu` artifact holds the tree and program IR and the model reference that the reference
-executor runs. `kernel_cache` (a directory) keeps compiled kernels between compiles, keyed by their spec and
-their source (with the @jit functions they call), so a changed kernel body is compiled again.
+distinct kernel is compiled for the target with codegen/aot (Triton's compiler, not its cache;
+TRITON_INTERPRET must be unset). A `cpu` artifact holds the tree and program IR and the model reference the
+reference executor runs. `kernel_cache` keeps compiled kernels between compiles, keyed by spec and source.
+The artifact is written into a hidden directory beside OUT and renamed to OUT when complete: a killed
+compile leaves no OUT for `flidec run` to mistake for an artifact.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
+import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -69,6 +73,42 @@ def compile_artifact(spec_path: str | Path, model: str | Path, target: str, out:
         if PASSES[name].level_in != PASSES[name].level_out:
             raise FlideError(f"--disable-pass {name}: it turns {PASSES[name].level_in} IR into "
                              f"{PASSES[name].level_out} IR, which the passes after it need")
+    out = Path(out)
+    staging = _staging_dir(out)  # before any expensive work: OUT must be new or empty, its parent writable
+    try:
+        report = _compile_into(staging, spec_path, model, target, tree, bundle_weights, dump, skip,
+                               time_passes, kernel_cache, log)
+        try:
+            os.replace(staging, out)  # onto an absent or empty OUT (POSIX rename of a directory)
+        except OSError as e:
+            raise FlideError(f"-o {out}: cannot move the finished artifact there ({e.strerror or e}); it "
+                             "must be new or empty") from None
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+    size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
+    return dataclasses.replace(report, out=out, seconds=time.perf_counter() - start, bytes=size)
+
+
+def _staging_dir(out: Path) -> Path:
+    """A new hidden directory beside `out` for the artifact being written; FlideError when `out` is a file or
+    a non-empty directory or its parent cannot be written."""
+    if out.exists() and not out.is_dir():
+        raise FlideError(f"-o {out}: exists and is not a directory; name a new or empty directory")
+    if out.is_dir() and any(out.iterdir()):
+        raise FlideError(f"-o {out}: the output directory is not empty; name a new or empty directory")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=f".{out.name}.flidec-partial-", dir=out.parent))
+    except OSError as e:
+        raise FlideError(f"-o {out}: cannot write there ({e.strerror or e}); choose a writable directory") \
+            from None
+
+
+def _compile_into(out: Path, spec_path: str | Path, model: str | Path, target: str, tree: str | None,
+                  bundle_weights: bool, dump: set[str], skip: set[str], time_passes: bool,
+                  kernel_cache: Path | None, log: TextIO | None) -> CompileReport:
+    """The compile itself, writing the artifact into `out` (an empty directory)."""
     spec, source = load_spec(spec_path)
     spec = _only(spec, tree)
     model_dir = resolve_model(str(model))
@@ -78,7 +118,8 @@ def compile_artifact(spec_path: str | Path, model: str | Path, target: str, out:
         return Options(dump_after=frozenset(dump & set(names)), disabled=frozenset(skip & set(names)),
                        time_passes=time_passes, dump_to=log or sys.stderr)  # read per call
 
-    program = run(spec, TREE_PIPELINE, CompileContext(fmt=fmt), level="tree", options=options(TREE_PIPELINE)).ir
+    program = run(spec, TREE_PIPELINE, CompileContext(fmt=fmt), level="tree",
+                  options=options(TREE_PIPELINE)).ir
     recordings: dict[tuple[str, str], Recording] = {}
     kernels: dict[str, CompiledKernel] = {}
     compiled = 0
@@ -96,12 +137,9 @@ def compile_artifact(spec_path: str | Path, model: str | Path, target: str, out:
         for key in sorted(specs):
             kernels[key], fresh = _compile(specs[key], target, kernel_cache)
             compiled += fresh
-    out = Path(out)
     write_artifact(ArtifactInputs(spec, source.encode(), program, model_dir, target, recordings, kernels,
                                   bundle_weights), out)
-    size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
-    return CompileReport(out, time.perf_counter() - start, len(kernels), compiled,
-                         sum(len(t.buckets) for t in program.trees), size)
+    return CompileReport(out, 0.0, len(kernels), compiled, sum(len(t.buckets) for t in program.trees), 0)
 
 
 def _only(spec: Spec, tree: str | None) -> Spec:
@@ -114,8 +152,9 @@ def _only(spec: Spec, tree: str | None) -> Spec:
 
 
 def _compile(spec: KernelSpec, target: str, cache: Path | None) -> tuple[CompiledKernel, bool]:
-    """The compiled kernel of `spec`, from the cache when it holds it (cache entries: `<target>-<key>-<source>`
-    -> the record's digest, `source` Triton's hash of the kernel's source and its callees')."""
+    """The compiled kernel of `spec`, from the cache when it holds it (cache entries:
+    `<target>-<key>-<source>` -> the record's digest, `source` Triton's hash of the kernel's source and its
+    callees')."""
     fn = JIT_KERNELS[spec.name]
     entry = cache / f"{target}-{spec.key}-{fn.cache_key[:16]}" if cache is not None else None
     if entry is not None and entry.exists():

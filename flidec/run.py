@@ -1,18 +1,24 @@
 """`flidec run`: answer a spec's instances with the reference executor, without compiling, or an artifact's.
 
-Consumes a spec and a model (local directory or hub id), or an artifact directory (flidec.runtime.load: its
-recordings on a GPU, the reference executor on the CPU), and instances (JSON lines, optionally gzipped); produces
-DIR/results.jsonl (one answer object per instance, in input order: System One responses for wire="systemone"
-trees; `{"error": ...}` for an instance that could not be answered, which never stops the run) and
-DIR/summary.json. Instances are bound a window at a time and packed several to a stream, up to
-`max_stream_tokens` rows; the stream's packing never changes an answer (E1).
+Consumes a spec and a model (local directory or hub id), or an artifact directory (flidec.runtime.load:
+its recordings on a GPU, the reference executor on the CPU), and instances (JSON lines, optionally gzipped);
+produces DIR/results.jsonl (one answer object per instance, in input order: System One responses for
+wire="systemone" trees; `{"error": ...}` for an instance that could not be answered, which never stops the
+run) and DIR/summary.json. Instances are bound a window at a time and packed several to a stream, up to
+`max_stream_tokens` rows; packing never changes an answer (E1). Lines are parsed strictly (loads_instance);
+a window that fails as a whole is answered again one instance at a time, so only the bad row gets the error.
+Results go to a temporary directory moved into DIR at the end: an interrupt leaves DIR's old results intact.
 """
 
 from __future__ import annotations
 
 import gzip
 import json
+import os
+import re
+import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -24,7 +30,7 @@ import torch.fx
 from flidec.formats import make_format
 from flidec.frontend import load_spec
 from flidec.ir.errors import FlideError, InstanceError
-from flidec.ir.instance import validate_instance
+from flidec.ir.instance import loads_instance, validate_instance, value_problems
 from flidec.ir.tree import Spec, Tree
 from flidec.models import DEMO_MODEL
 from flidec.models.qwen3_5 import Qwen35
@@ -62,23 +68,111 @@ def pick_tree(spec: Spec, name: str | None) -> Tree:
     try:
         return spec.tree(name)
     except KeyError:
-        raise FlideError(f"the spec has no tree `{name}` (it has {', '.join(t.name for t in spec.trees)})")
+        raise FlideError(f"the spec has no tree `{name}` (it has {', '.join(t.name for t in spec.trees)})") \
+            from None
 
 
 def read_instances(path: Path) -> Iterator[tuple[int, object]]:
-    """(line number, parsed JSON or the InstanceError that says why the line is not JSON); blank lines skipped."""
+    """(line number, parsed JSON or the InstanceError that says why the line is not JSON, naming the line);
+    blank lines skipped. Lines are read as bytes, so invalid UTF-8 is one line's error, not the file's."""
     opener = gzip.open if path.suffix == ".gz" else open
     try:
-        with opener(path, "rt", encoding="utf-8") as f:
+        with opener(path, "rb") as f:
             for lineno, line in enumerate(f, 1):
+                if lineno == 1 and line.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte order mark
+                    line = line[3:]
                 if not line.strip():
                     continue
                 try:
-                    yield lineno, json.loads(line)
-                except json.JSONDecodeError as e:
-                    yield lineno, InstanceError([f"line {lineno}: not JSON ({e.msg} at column {e.colno})"])
-    except (OSError, EOFError, UnicodeDecodeError) as e:
+                    obj = loads_instance(line)
+                    problems = value_problems(obj)  # validation finds these too, but without the line
+                    if problems:
+                        raise InstanceError(problems)
+                    yield lineno, obj
+                except InstanceError as e:
+                    yield lineno, InstanceError([f"line {lineno}: {p}" for p in e.problems])
+    except (OSError, EOFError) as e:
         raise FlideError(f"cannot read instances from {path}: {e}") from e
+
+
+class OutputDir:
+    """Where a run's results go. `check` runs before any expensive work: DIR must be a directory (or absent)
+    that can be written. Results are written into a temporary directory, inside DIR when it exists (else
+    next to it), then moved in by `commit`: each file with one atomic rename, or the whole directory when
+    DIR did not exist. `discard` removes the temporary directory; a killed run leaves only it behind, hidden
+    (`.flidec-partial-*`), never half of DIR's results."""
+
+    FILES = ("results.jsonl", "summary.json")
+
+    def __init__(self, out: Path):
+        self.out = out
+        self.tmp: Path | None = None
+
+    def check(self, instances: Path) -> None:
+        out = self.out
+        if out.exists() and not out.is_dir():
+            raise FlideError(f"--out {out}: exists and is not a directory; name a directory (created if "
+                             "missing)")
+        if instances.exists() and any(_same(instances, out / n) for n in self.FILES):
+            raise FlideError(f"--instances {instances} is this run's own output in --out {out}: copy it "
+                             "elsewhere first, or choose another --out")
+        home = out if out.is_dir() else out.parent
+        try:
+            home.mkdir(parents=True, exist_ok=True)
+            self.tmp = Path(tempfile.mkdtemp(prefix=".flidec-partial-" if home == out
+                                             else f".{out.name}.flidec-partial-", dir=home))
+            if home == out:  # the results replace DIR's files: DIR's own entries must be writable
+                for n in self.FILES:
+                    if (out / n).exists() and not os.access(out / n, os.W_OK, follow_symlinks=False):
+                        raise PermissionError(f"{out / n}: not writable")
+        except OSError as e:
+            self.discard()
+            raise FlideError(f"--out {out}: cannot write there ({_reason(e)}); choose a writable directory") \
+                from None
+
+    def commit(self) -> None:
+        assert self.tmp is not None
+        try:
+            if self.tmp.parent == self.out:
+                for n in self.FILES:
+                    os.replace(self.tmp / n, self.out / n)
+                stale = self.out / "results.jsonl.partial"  # what flidec before this layout left on a crash
+                if stale.is_file():
+                    stale.unlink()
+            else:
+                os.replace(self.tmp, self.out)
+                self.tmp = None
+        except OSError as e:
+            raise FlideError(f"--out {self.out}: cannot move the results in ({_reason(e)})") from None
+
+    def discard(self) -> None:
+        if self.tmp is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            self.tmp = None
+
+
+def _same(a: Path, b: Path) -> bool:
+    try:
+        return b.exists() and os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _reason(e: OSError) -> str:
+    return e.strerror or str(e)
+
+
+def check_device(device: str) -> None:
+    """Refuse a device this machine does not have, in one line, before the model is loaded."""
+    m = re.fullmatch(r"cuda(?::(\d+))?", device)
+    if device == "cpu" or m is None:
+        return
+    if not torch.cuda.is_available():
+        raise FlideError(f"--device {device}: no CUDA device is available here (torch {torch.__version__}); "
+                         "use --device cpu")
+    if m.group(1) is not None and int(m.group(1)) >= torch.cuda.device_count():
+        raise FlideError(f"--device {device}: this machine has {torch.cuda.device_count()} CUDA device(s), "
+                         f"cuda:0 to cuda:{torch.cuda.device_count() - 1}")
 
 
 class Answerer:
@@ -104,6 +198,8 @@ class Answerer:
                 return walker.plan(inst)
             except InstanceError as e:
                 return e
+            except (ValueError, TypeError, RecursionError, UnicodeError) as e:  # validation missed it: a bug
+                return InstanceError([_internal(e)])
 
         planned = [plan(inst) for inst in instances]
         sizes = [0 if isinstance(p, InstanceError) else sum(map(len, p[0].ids)) for p in planned]
@@ -145,13 +241,42 @@ def _pack_greedy(sizes: list[int], budget: int) -> list[list[int]]:
 _error = error_record
 
 
+def _internal(e: BaseException) -> str:
+    return (f"internal error: {type(e).__name__}: {e}; this is a bug in flidec; please report it with the "
+            "command and this instance")
+
+
+def _answer_isolated(answerer: Answerer | ArtifactAnswerer, instances: list[object], budget: int,
+                     summary: Summary) -> list[dict]:
+    """`answerer.answer`, and when it fails as a whole, each instance again alone: only the instance that
+    fails by itself gets the error (an internal one unless it is a FlideError), the others their answers."""
+    try:
+        return answerer.answer(instances, budget, summary)
+    except Exception as e:
+        if len(instances) == 1:
+            return [_error(e) if isinstance(e, FlideError) else _error(InstanceError([_internal(e)]))]
+    return [_answer_isolated(answerer, [inst], budget, summary)[0] for inst in instances]
+
+
+def _json_line(record: dict) -> bytes:
+    """One results line; a string the row validation let through that is not Unicode (a lone surrogate)
+    is written as its \\u escape rather than failing the write."""
+    text = json.dumps(record, ensure_ascii=False) + "\n"
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return (json.dumps(record) + "\n").encode("ascii")
+
+
 class ArtifactAnswerer:
     """An artifact loaded by the runtime (flidec.runtime.program): it packs instances into its buckets."""
 
-    def __init__(self, artifact: Path, tree: str | None, device: str, dtype: str, served_name: str | None):
+    def __init__(self, artifact: Path, tree: str | None, device: str, dtype: str | None,
+                 served_name: str | None, verify_weights: bool = True):
         from flidec.runtime.program import load
 
-        self.program = load(artifact, device, dtype=dtype, served_name=served_name)
+        self.program = load(artifact, device, dtype=dtype, served_name=served_name,
+                            verify_weights=verify_weights)
         self.tree = self.program.tree(tree).tree
 
     def answer(self, instances: list[object], max_stream_tokens: int, summary: Summary) -> list[dict]:
@@ -165,39 +290,65 @@ class ArtifactAnswerer:
 
 
 def run(spec_path: str, model: str | None, instances_path: str, out_dir: str, *, tree: str | None = None,
-        device: str = "cpu", dtype: str = "fp32", max_stream_tokens: int = 8192, window: int = 64,
-        served_name: str | None = None, progress: bool = True) -> Summary:
-    out = Path(out_dir)
-    answerer: Answerer | ArtifactAnswerer
-    if (Path(spec_path) / "manifest.json").is_file():
-        answerer = ArtifactAnswerer(Path(spec_path), tree, device, dtype, served_name)
-        chosen = answerer.tree
-    else:
-        spec, _ = load_spec(spec_path)
-        model = model or str(DEMO_MODEL)  # the CLI says so on stderr
-        chosen = pick_tree(spec, tree)
-        answerer = Answerer(spec, chosen, model, device, dtype, served_name)
-    out.mkdir(parents=True, exist_ok=True)
-    summary = Summary()
-    start = time.perf_counter()
-    results = out / "results.jsonl"
-    partial = results.with_suffix(".jsonl.partial")  # renamed only when complete: no half-written results
-    with open(partial, "w", encoding="utf-8") as f:
-        window_items: list[tuple[int, object]] = []
-        for item in read_instances(Path(instances_path)):
-            window_items.append(item)
-            if len(window_items) == window:
-                _flush(answerer, window_items, f, max_stream_tokens, summary, start, progress)
-                window_items = []
-        _flush(answerer, window_items, f, max_stream_tokens, summary, start, progress)
-    partial.replace(results)
-    summary.wall_s = time.perf_counter() - start
-    (out / "summary.json").write_text(json.dumps(
-        {**asdict(summary), "questions_per_s": round(summary.questions_per_s, 3), "tree": chosen.name,
-         "device": device, "dtype": dtype}, indent=2) + "\n")
+        device: str = "cpu", dtype: str | None = None, max_stream_tokens: int | None = None, window: int = 64,
+        served_name: str | None = None, progress: bool = True, trust_weights: bool = False) -> Summary:
+    instances = Path(instances_path)
+    if not instances.exists() or instances.is_dir():
+        what = "a directory" if instances.is_dir() else "no such file"
+        raise FlideError(f"cannot read instances from {instances}: {what}")
+    source = Path(spec_path)
+    if source.is_dir() and not (source / "manifest.json").is_file():
+        raise FlideError(f"{source} is a directory but not an artifact (no manifest.json): give a .flide "
+                         "spec or a directory `flidec compile -o` finished writing")
+    check_device(device)
+    _refuse_ignored(source, model, max_stream_tokens, trust_weights)
+    max_stream_tokens = 8192 if max_stream_tokens is None else max_stream_tokens
+    dtype = dtype or (None if source.is_dir() and device != "cpu" else "fp32")  # cuda: the artifact's own
+    output = OutputDir(Path(out_dir))
+    output.check(instances)
+    try:
+        answerer: Answerer | ArtifactAnswerer
+        if source.is_dir():
+            answerer = ArtifactAnswerer(source, tree, device, dtype, served_name, not trust_weights)
+            chosen = answerer.tree
+        else:
+            spec, _ = load_spec(spec_path)
+            model = model or str(DEMO_MODEL)  # the CLI says so on stderr
+            chosen = pick_tree(spec, tree)
+            answerer = Answerer(spec, chosen, model, device, dtype or "fp32", served_name)
+        summary = Summary()
+        start = time.perf_counter()
+        assert output.tmp is not None
+        with open(output.tmp / "results.jsonl", "wb") as f:
+            window_items: list[tuple[int, object]] = []
+            for item in read_instances(instances):
+                window_items.append(item)
+                if len(window_items) == window:
+                    _flush(answerer, window_items, f, max_stream_tokens, summary, start, progress)
+                    window_items = []
+            _flush(answerer, window_items, f, max_stream_tokens, summary, start, progress)
+        summary.wall_s = time.perf_counter() - start
+        (output.tmp / "summary.json").write_text(json.dumps(
+            {**asdict(summary), "questions_per_s": round(summary.questions_per_s, 3), "tree": chosen.name,
+             "device": device, "dtype": dtype}, indent=2) + "\n")
+        output.commit()
+    finally:
+        output.discard()
     if progress:
         sys.stderr.write("\n")
     return summary
+
+
+def _refuse_ignored(source: Path, model: str | None, max_stream_tokens: int | None,
+                    trust_weights: bool) -> None:
+    """Options the chosen path would ignore are refused, never dropped silently."""
+    if source.is_dir():
+        for flag, value in (("--model", model), ("--max-stream-tokens", max_stream_tokens)):
+            if value is not None:
+                raise FlideError(f"{flag} does not apply to an artifact ({source} brings its own model and "
+                                 "packs into its buckets): leave it out, or run the .flide spec")
+    elif trust_weights:
+        raise FlideError("--trust-weights applies to an artifact's referenced weights, not to a .flide spec")
 
 
 def _flush(answerer: Answerer, items: list[tuple[int, object]], f, budget: int, summary: Summary,
@@ -205,8 +356,8 @@ def _flush(answerer: Answerer, items: list[tuple[int, object]], f, budget: int, 
     if not items:
         return
     parsed = [(k, obj) for k, (_, obj) in enumerate(items) if not isinstance(obj, InstanceError)]
-    answers = answerer.answer([obj for _, obj in parsed], budget, summary)
-    by_index = {k: a for (k, _), a in zip(parsed, answers)}
+    answers = _answer_isolated(answerer, [obj for _, obj in parsed], budget, summary)
+    by_index = {k: a for (k, _), a in zip(parsed, answers, strict=True)}
     for k, (_, obj) in enumerate(items):
         record = by_index.get(k) or _error(obj)  # type: ignore[arg-type]
         summary.instances += 1
@@ -214,7 +365,7 @@ def _flush(answerer: Answerer, items: list[tuple[int, object]], f, budget: int, 
             summary.failed += 1
         else:
             summary.answered += 1
-        f.write(json.dumps(record, ensure_ascii=False) + "\n")
+        f.write(_json_line(record))
     f.flush()
     if progress:
         elapsed = time.perf_counter() - start

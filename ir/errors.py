@@ -7,6 +7,8 @@ diagnostics render GCC/rustc style: `path:line:col: error: message`, the source 
 
 from __future__ import annotations
 
+import functools
+import re
 from dataclasses import dataclass
 
 from flidec.ir.tree import Loc
@@ -35,16 +37,42 @@ class Diagnostic:
         return "\n".join(lines)
 
 
+EXCERPT_WIDTH = 120  # columns of a source line a diagnostic shows: a window around the caret
+
+
 def _excerpt(source: str, loc: Loc) -> list[str]:
-    src_lines = source.splitlines()
-    if loc.line > len(src_lines):
+    line = _source_line(source, loc.line)
+    if line is None:
         return []
-    text = src_lines[loc.line - 1].expandtabs(1)
+    text = line.expandtabs(1)
+    col = loc.col - 1  # where the caret goes, from 0
     width = 1
     if loc.end_line == loc.line and loc.end_col > loc.col:
         width = loc.end_col - loc.col
+    if len(text) > EXCERPT_WIDTH:  # a long line: the window from a third before the caret, "..." at the cuts
+        start = max(0, min(col - EXCERPT_WIDTH // 3, len(text) - EXCERPT_WIDTH))
+        shown = text[start:start + EXCERPT_WIDTH]
+        lead = "..." if start > 0 else ""
+        text = lead + shown + ("..." if start + EXCERPT_WIDTH < len(text) else "")
+        col = col - start + len(lead)
+        width = max(1, min(width, len(lead) + len(shown) - col))
     gutter = f"{loc.line:>4} | "
-    return [gutter + text, " " * (len(gutter) + loc.col - 1) + "^" + "~" * (width - 1)]
+    return [gutter + text, " " * (len(gutter) + col) + "^" + "~" * (width - 1)]
+
+
+def _source_line(source: str, number: int) -> str | None:
+    """Line `number` (from 1) of `source`; lines end at "\\n" only, as the lexer counts them."""
+    starts = _line_starts(source)
+    if not 1 <= number <= len(starts):
+        return None
+    end = starts[number] - 1 if number < len(starts) else len(source)
+    return source[starts[number - 1]:end].rstrip("\r")
+
+
+@functools.lru_cache(maxsize=4)
+def _line_starts(source: str) -> list[int]:
+    """Where each line starts: computed once per source however many diagnostics it has."""
+    return [0] + [m.end() for m in re.finditer("\n", source)]
 
 
 class SpecError(FlideError):

@@ -7,6 +7,8 @@ JSON), each named bound text's (a string), each fork's (a list of branch objects
 leading text plus its body's keys), each ask's that has anything bound (a question object in System One's
 shape, ../shared/API.md) and each repeated ask's (an object {question id: question object}). Token
 bounds are checked only when a token counter is given; an object or array counts as its compact JSON.
+Before any of that, every value is checked for what would break tokenizing or writing (lone surrogates,
+nesting, huge integers, duplicate keys from `loads_instance`) and every text against its bound's most bytes.
 """
 
 from __future__ import annotations
@@ -20,6 +22,13 @@ from flidec.ir.tree import Ask, AskType, Bound, Fork, Node, Text, Tree
 
 CountTokens = Callable[[str], int]
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
+# A token of Qwen3.5's vocabulary (every Qwen3.5 checkpoint shares it) is at most 128 bytes (128 spaces; the
+# demo model's at most 14), so a text of N tokens has at most N * MAX_TOKEN_BYTES bytes: a text over that is
+# refused by its length alone, before it is tokenized (tests/ir/test_instance.py checks the vocabulary).
+MAX_TOKEN_BYTES = 128
+MAX_NESTING = 128  # arrays and objects inside each other: far below what json and the validator recurse to
+MAX_INT_DIGITS = 4000  # Python refuses to parse or print integers over 4,300 digits
+MAX_INT_BITS = 13_288  # integers built in Python: at most 4,001 digits, so they always print
 _VALUE = ["string", "object", "array"]  # what System One accepts as instructions, descriptions, levels
 
 
@@ -98,8 +107,8 @@ def _question_schema(ask: Ask) -> dict[str, Any]:
 def _criteria_schema(t: AskType) -> dict[str, Any]:
     lo, hi = t.options.lo, t.options.hi
     if t.kind == "noul":
-        return {"type": ["object", "null"], "properties": {"true": {"type": _VALUE}, "false": {"type": _VALUE}},
-                "additionalProperties": False}
+        return {"type": ["object", "null"], "additionalProperties": False,
+                "properties": {"true": {"type": _VALUE}, "false": {"type": _VALUE}}}
     if t.kind == "choice":
         return {"type": "object", "minProperties": lo, "maxProperties": hi, "propertyNames": {"minLength": 1},
                 "additionalProperties": {"type": _VALUE + ["null"]},
@@ -120,10 +129,117 @@ def _tokens_words(b: Bound | None) -> str:
 
 
 def validate_instance(tree: Tree, instance: Any, count_tokens: CountTokens | None = None) -> None:
-    """Raise InstanceError listing every problem of `instance`; return None when it fits `tree`."""
-    problems = list(_Validator(count_tokens).tree(tree, instance))
+    """Raise InstanceError listing every problem of `instance`; return None when it fits `tree`. Values that
+    could not be tokenized or written (`value_problems`) are reported alone, before anything reads them."""
+    problems = value_problems(instance) or list(_Validator(count_tokens).tree(tree, instance))
     if problems:
         raise InstanceError(problems)
+
+
+class JsonObject(dict):
+    """A JSON object as `loads_instance` parsed it: `duplicates` holds the keys written more than once."""
+
+    duplicates: tuple[str, ...] = ()
+
+
+def _object_of(pairs: list[tuple[str, Any]]) -> JsonObject:
+    obj = JsonObject(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        dups = [k for k, _ in pairs if k in seen or seen.add(k)]  # type: ignore[func-returns-value]
+        obj.duplicates = tuple(dict.fromkeys(dups))
+    return obj
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON; write null or a string")
+
+
+def _int_of(digits: str) -> int:
+    if len(digits.lstrip("-")) > MAX_INT_DIGITS:
+        raise ValueError(f"an integer of {len(digits.lstrip('-'))} digits; integers are limited to "
+                         f"{MAX_INT_DIGITS} digits: write it as a string")
+    return int(digits)
+
+
+def loads_instance(line: bytes | str) -> Any:
+    """One JSON line parsed strictly: UTF-8, no NaN or Infinity, objects as JsonObject (duplicate keys kept
+    for `value_problems` to name by path). InstanceError (one problem, no line number) when it is not JSON."""
+    if isinstance(line, bytes):
+        try:
+            line = line.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise InstanceError([f"not UTF-8 (byte 0x{line[e.start]:02x} at byte {e.start + 1}); save the "
+                                 "file as UTF-8"]) from None
+    try:
+        return json.loads(line, object_pairs_hook=_object_of, parse_constant=_no_constant, parse_int=_int_of)
+    except json.JSONDecodeError as e:
+        raise InstanceError([f"not JSON ({e.msg} at column {e.colno})"]) from None
+    except RecursionError:
+        raise InstanceError([f"arrays and objects nested too deeply (the limit is {MAX_NESTING} levels); "
+                             "flatten it"]) from None
+    except ValueError as e:  # a huge integer, NaN or Infinity (the hooks' messages)
+        raise InstanceError([str(e)]) from None
+
+
+def value_problems(instance: Any) -> list[str]:
+    """What in `instance` no tree accepts, by path: lone surrogates in strings or keys (not Unicode text),
+    duplicate keys, nesting over MAX_NESTING levels and integers over MAX_INT_BITS. Iterative, so any depth
+    of nesting is walked safely; each problem says what to do."""
+    problems: list[str] = []
+    todo: list[tuple[str, Any, int]] = [("", instance, 0)]
+    while todo:
+        path, v, depth = todo.pop()
+        where = path or "instance"
+        if isinstance(v, str):
+            if _has_surrogate(v):
+                problems.append(f"{where}: {_surrogate_words(v)}")
+        elif isinstance(v, bool) or v is None or isinstance(v, float):
+            pass
+        elif isinstance(v, int):
+            if v.bit_length() > MAX_INT_BITS:
+                problems.append(f"{where}: an integer of {v.bit_length()} bits; integers are limited to "
+                                f"{MAX_INT_DIGITS} digits: write it as a string")
+        elif isinstance(v, (dict, list)):
+            if depth >= MAX_NESTING:
+                clipped = where if len(where) <= 80 else where[:80] + "..."
+                problems.append(f"{clipped}: arrays and objects nested over {MAX_NESTING} levels deep; "
+                                "flatten it")
+                continue
+            if isinstance(v, list):
+                todo.extend((f"{path}[{i}]", x, depth + 1) for i, x in reversed(list(enumerate(v))))
+                continue
+            for key in getattr(v, "duplicates", ()):
+                problems.append(f"{_key_path(path, key)}: duplicate key; write each key once")
+            children = []
+            for key, x in v.items():
+                if isinstance(key, str) and _has_surrogate(key):
+                    problems.append(f"{_key_path(path, key)}: the key {_surrogate_words(key)}")
+                children.append((_key_path(path, key), x, depth + 1))
+            todo.extend(reversed(children))
+    return problems
+
+
+def _has_surrogate(s: str) -> bool:
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _surrogate_words(s: str) -> str:
+    i = next(k for k, c in enumerate(s) if 0xD800 <= ord(c) <= 0xDFFF)
+    return (f"holds a lone surrogate \\u{ord(s[i]):04x} at character {i + 1}, which is not Unicode text; "
+            "fix the text's encoding (a pair of \\u escapes must form one character)")
+
+
+def _key_path(path: str, key: Any) -> str:
+    """`path.key` for a name-like key, `path["key"]` otherwise, lone surrogates written as escapes."""
+    key = str(key)
+    if key.isidentifier():
+        return _field(path, key)
+    return f"{path}[{json.dumps(key)}]"
 
 
 def _json_type(v: Any) -> str:
@@ -169,9 +285,15 @@ class _Validator:
         self.count_tokens = count_tokens
 
     def tokens(self, path: str, texts: list[Any], bound: Bound) -> Iterator[str]:
+        rendered = [render_value(t) for t in texts]
+        size = sum(len(t.encode("utf-8")) for t in rendered)
+        if size > bound.max_tokens * MAX_TOKEN_BYTES:  # over the bound whatever the tokens: not tokenized
+            yield (f"{path}: {size} bytes, more than its bound of {bound.max_tokens} tokens can hold "
+                   f"(at most {MAX_TOKEN_BYTES} bytes a token); shorten it")
+            return
         if self.count_tokens is None:
             return
-        n = sum(self.count_tokens(render_value(t)) for t in texts)
+        n = sum(self.count_tokens(t) for t in rendered)
         if n > bound.max_tokens:
             yield f"{path}: {n} tokens over its bound {bound.max_tokens}"
         elif n < bound.min_tokens:
@@ -189,8 +311,8 @@ class _Validator:
             else:
                 yield from self.tokens(path, [v], state.bound)
 
-        yield from self.scope("", instance, [(state.name, "a string, object or array", check_state)], tree.body,
-                              closed=tree.wire != "systemone")
+        yield from self.scope("", instance, [(state.name, "a string, object or array", check_state)],
+                              tree.body, closed=tree.wire != "systemone")
 
     def scope(self, path: str, obj: dict[str, Any], extra: list[tuple[str, str, Any]], body: tuple[Node, ...],
               closed: bool) -> Iterator[str]:
@@ -333,7 +455,8 @@ class _Validator:
                 yield f"{path}: missing; a score lists its levels, low to high"
                 return
             if isinstance(c, dict):
-                yield f'{path}: score levels are a list, low to high; the map form {{"0": ...}} is not accepted'
+                yield (f'{path}: score levels are a list, low to high; the map form {{"0": ...}} '
+                       "is not accepted")
                 return
             if not isinstance(c, list):
                 yield f"{path}: expected a list of levels, got {_json_type(c)}"

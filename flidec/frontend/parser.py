@@ -38,6 +38,7 @@ from flidec.ir.tree import (
     Text,
     Tree,
 )
+from flidec.ir.verify import MAX_FORK_DEPTH
 
 ASK_KINDS = ("noul", "choice", "score")
 # Words people reach for instead of the three ask types.
@@ -47,6 +48,9 @@ _KIND_ALIASES = {
     "rating": "score", "scale": "score", "level": "score", "levels": "score",
 }
 TREE_OPTIONS = ("buckets", "wire")
+# Forks nested deeper than this are not built (the builder recurses a few frames a level; Python's stack
+# would run out near 250): the verifier's own limit is MAX_FORK_DEPTH, so nothing it accepts is cut.
+MAX_BUILD_DEPTH = 64
 _ESCAPE = re.compile(r"\\(u\{([0-9A-Fa-f]{1,6})\}|.)", re.DOTALL)
 _SIMPLE_ESCAPES = {"n": "\n", "t": "\t", '"': '"', "\\": "\\"}
 
@@ -113,6 +117,7 @@ class _Builder:
     def __init__(self, file: str):
         self.file = file
         self.diagnostics: list[Diagnostic] = []
+        self.depth = 0  # forks around the node being built
 
     def error(self, loc: Loc, message: str, hint: str | None = None) -> None:
         self.diagnostics.append(Diagnostic(loc, message, hint))
@@ -225,7 +230,14 @@ class _Builder:
         if rest and isinstance(rest[0], lark.Tree) and rest[0].data == "fork_text":
             text = self.bound(rest[0].children[0])
             rest = rest[1:]
-        return Fork(str(name), self.count(brackets, "a fan-out"), text, self.body(rest), self.loc(t))
+        if self.depth >= MAX_BUILD_DEPTH:  # reported once, at the first fork too deep; its body is not built
+            self.error(self.loc(t), f"fork `{name}` is over {MAX_BUILD_DEPTH} levels deep; the limit is "
+                       f"{MAX_FORK_DEPTH}", "flatten the tree: fewer nested forks")
+            return Fork(str(name), self.count(brackets, "a fan-out"), text, (), self.loc(t))
+        self.depth += 1
+        body = self.body(rest)
+        self.depth -= 1
+        return Fork(str(name), self.count(brackets, "a fan-out"), text, body, self.loc(t))
 
     # ---- asks -------------------------------------------------------------------------------------------
 
@@ -312,7 +324,8 @@ class _Builder:
             levels = []
             for key, desc, eloc in entries:
                 if desc is not None:
-                    self.error(eloc, "a score level is one string", 'list the levels low to high: { "low", "high" }')
+                    self.error(eloc, "a score level is one string",
+                               'list the levels low to high: { "low", "high" }')
                 levels.append(key)
             return ScoreLevels(tuple(levels), loc)
         return ChoiceOptions(tuple((key, desc) for key, desc, _ in entries), loc)
@@ -328,7 +341,8 @@ class _Builder:
         loc = self.loc(t)
         nums = [int(x) for x in t.children if x.type == "INT"]
         if t.data == "upto":
-            self.error(loc, f"{what} needs its lower end", f"write [1..{nums[0]}] (or [{nums[0]}] for exactly)")
+            self.error(loc, f"{what} needs its lower end",
+                       f"write [1..{nums[0]}] (or [{nums[0]}] for exactly)")
             return Range(1, nums[0], loc)
         if t.data == "exact":
             return Range(nums[0], nums[0], loc)

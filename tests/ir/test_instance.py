@@ -9,7 +9,14 @@ import pytest
 
 from flidec.frontend import parse_spec
 from flidec.ir.errors import InstanceError
-from flidec.ir.instance import instance_schema, validate_instance
+from flidec.ir.instance import (
+    MAX_NESTING,
+    MAX_TOKEN_BYTES,
+    instance_schema,
+    loads_instance,
+    validate_instance,
+    value_problems,
+)
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 
@@ -45,11 +52,14 @@ VALID = {
     "planner": PLANNER_OK,
     "systemone": SYSTEMONE_OK,
     "tool_router": {"conversation": "hi", "request": "add 2 and 2",
-                    "call": [{"text": "calculator(2+2)", "policy": {"instructions": "Which policy applies?",
-                                                                    "criteria": {"ok": None, "deny": "blocked"}}}]},
+                    "call": [{"text": "calculator(2+2)",
+                              "policy": {"instructions": "Which policy applies?",
+                                         "criteria": {"ok": None, "deny": "blocked"}}}]},
     "lookahead": {"context": "start", "step1": [{"text": "a", "step2": [{"text": "b", "step3": [
-        {"text": "c", "step4": [{"text": "d", "step5": [{"text": "e", "step6": [{"text": "f"}, {"text": "g"}]}]}]}]}]}]},
-    "classifier": {"ticket": "my invoice is wrong", "checks": {"refund": {"instructions": "Does it ask for a refund?"}}},
+        {"text": "c", "step4": [{"text": "d", "step5": [
+            {"text": "e", "step6": [{"text": "f"}, {"text": "g"}]}]}]}]}]}]},
+    "classifier": {"ticket": "my invoice is wrong",
+                   "checks": {"refund": {"instructions": "Does it ask for a refund?"}}},
 }
 
 
@@ -109,7 +119,8 @@ def test_wrong_shapes():
         "next_tool: expected a question object, got array",
         "action: expected a list of branches, got object",
     ]
-    assert problems("planner", {**PLANNER_OK, "action": ["x"]}) == ["action[0]: expected a branch object, got string"]
+    assert problems("planner", {**PLANNER_OK, "action": ["x"]}) == [
+        "action[0]: expected a branch object, got string"]
     assert problems("planner", []) == ["instance: expected an object, got array"]
 
 
@@ -147,13 +158,15 @@ def test_choice_criteria_missing():
 def test_empty_option_name_and_bad_description():
     assert problems("systemone", q({"type": "choice", "criteria": {"": None, "b": 3}})) == [
         'questions["q 1"].criteria[""]: an option name is empty',
-        'questions["q 1"].criteria["b"]: expected a description (string, object or array) or null, got number',
+        'questions["q 1"].criteria["b"]: expected a description (string, object or array) or null, '
+        'got number',
     ]
 
 
 def test_score_map_form_rejected():
     assert problems("systemone", q({"type": "score", "criteria": {"0": "low", "1": "high"}})) == [
-        'questions["q 1"].criteria: score levels are a list, low to high; the map form {"0": ...} is not accepted']
+        'questions["q 1"].criteria: score levels are a list, low to high; the map form {"0": ...} '
+        'is not accepted']
 
 
 def test_score_level_count_and_level_type():
@@ -201,7 +214,8 @@ def test_criteria_tokens_count_names_and_descriptions():
 
 
 def test_repeat_count_and_ids():
-    assert problems("systemone", {"state": "s", "questions": {}}) == ["questions: 0 questions, expected 1 to 64"]
+    assert problems("systemone", {"state": "s", "questions": {}}) == [
+        "questions: 0 questions, expected 1 to 64"]
     assert problems("systemone", {"state": "s", "questions": {"": {"type": "noul"}}}) == [
         'questions[""]: a question id is a non-empty string']
     assert problems("systemone", {"state": "s", "questions": []}) == [
@@ -210,7 +224,8 @@ def test_repeat_count_and_ids():
 
 def test_fields_not_bound_are_unknown():
     inst = {**VALID["classifier"], "checks": {"c": {"instructions": "?", "criteria": {"true": "t"}}}}
-    assert problems("classifier", inst) == ['checks["c"].criteria: unknown field; this question takes type, instructions']
+    assert problems("classifier", inst) == [
+        'checks["c"].criteria: unknown field; this question takes type, instructions']
 
 
 def test_fanout_exact_words():
@@ -223,8 +238,9 @@ def test_fanout_exact_words():
 
 def test_schema_rejects_what_validation_rejects():
     schema = instance_schema(example_tree("systemone"))
-    for bad in (q({"type": "score", "criteria": {"0": "a", "1": "b"}}), q({"type": "choice", "criteria": {"a": None}}),
-                q({"type": "rank"}), q({"type": "noul", "weight": 1}), {"state": 3, "questions": {"a": {"type": "noul"}}}):
+    for bad in (q({"type": "score", "criteria": {"0": "a", "1": "b"}}),
+                q({"type": "choice", "criteria": {"a": None}}), q({"type": "rank"}),
+                q({"type": "noul", "weight": 1}), {"state": 3, "questions": {"a": {"type": "noul"}}}):
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate(bad, schema, cls=jsonschema.Draft202012Validator)
     planner = instance_schema(example_tree("planner"))
@@ -242,3 +258,106 @@ def test_docs_instances_are_valid():
     assert sorted(name for name, _ in found) == sorted(VALID)
     for name, text in found:
         validate_instance(example_tree(name), json.loads(text), words)
+
+
+# ---- rows no tree accepts: parsing and values (issue 23) ------------------------------------------------
+
+SYSTEMONE_ROW = b'{"state": "s", "questions": {"a": {"type": "noul"}}}'
+
+
+@pytest.mark.parametrize(("line", "problem"), [
+    (b'{"state": "\xff"}', "not UTF-8 (byte 0xff at byte 12); save the file as UTF-8"),
+    (b'{"state": ' + b"9" * 5000 + b"}", "an integer of 5000 digits; integers are limited to 4000 digits: "
+     "write it as a string"),
+    (b"[" * 100_000 + b"]" * 100_000,
+     "arrays and objects nested too deeply (the limit is 128 levels); flatten it"),
+    (b'{"state": NaN}', "NaN is not JSON; write null or a string"),
+    (b'{"state": Infinity}', "Infinity is not JSON; write null or a string"),
+    (b'{"state": ', "not JSON (Expecting value at column 11)"),
+])
+def test_lines_that_are_not_json_name_why(line, problem):
+    with pytest.raises(InstanceError) as e:
+        loads_instance(line)
+    assert e.value.problems == (problem,)
+
+
+def test_a_4000_digit_integer_parses():
+    assert loads_instance(b"[" + b"9" * 4000 + b"]") == [10**4000 - 1]
+
+
+def test_duplicate_keys_are_named_by_path():
+    row = (b'{"state": "s", "questions": {"a": {"type": "noul"}, "a": {"type": "choice", "criteria": '
+           b'{"red": null, "red": "the colour", "blue": null}}}}')  # the second "a" is the one kept
+    obj = loads_instance(row)
+    assert value_problems(obj) == ["questions.a: duplicate key; write each key once",
+                                   "questions.a.criteria.red: duplicate key; write each key once"]
+    with pytest.raises(InstanceError) as e:
+        validate_instance(example_tree("systemone"), obj, words)
+    assert e.value.problems == tuple(value_problems(obj))
+
+
+@pytest.mark.parametrize(("row", "path"), [
+    (b'{"state": "x\\ud800", "questions": {"a": {"type": "noul"}}}', "state"),
+    (b'{"state": "x", "questions": {"a\\udc00": {"type": "noul"}}}', 'questions["a\\udc00"]'),
+    (b'{"state": "x", "questions": {"a": {"type": "choice", "criteria": {"r\\ud83d": null, "b": null}}}}',
+     'questions.a.criteria["r\\ud83d"]'),
+    (b'{"state": ["ok", {"k": "\\udfff"}], "questions": {"a": {"type": "noul"}}}', "state[1].k"),
+])
+def test_lone_surrogates_are_refused_before_tokenizing(row, path):
+    def tokenizer(text: str) -> int:
+        text.encode("utf-8")  # what a real tokenizer does first: raises on a lone surrogate
+        return 1
+
+    with pytest.raises(InstanceError) as e:
+        validate_instance(example_tree("systemone"), loads_instance(row), tokenizer)
+    (problem,) = e.value.problems
+    assert problem.startswith(f"{path}: ") and "lone surrogate" in problem
+    assert "fix the text's encoding" in problem
+    problem.encode("utf-8")  # the message itself can be written
+
+
+def test_a_surrogate_pair_is_one_character_and_passes():
+    obj = loads_instance(b'{"state": "\\ud83d\\ude00", "questions": {"a": {"type": "noul"}}}')
+    assert obj["state"] == "\U0001f600"
+    validate_instance(example_tree("systemone"), obj, words)
+
+
+def test_values_built_in_python_are_checked_too():
+    deep: list = []
+    for _ in range(100_000):
+        deep = [deep]
+    (problem,) = value_problems({"state": deep})
+    assert problem.endswith(f"arrays and objects nested over {MAX_NESTING} levels deep; flatten it")
+    assert value_problems({"state": 10**4100}) == [
+        "state: an integer of 13620 bits; integers are limited to 4000 digits: write it as a string"]
+    assert value_problems(SYSTEMONE_OK) == []
+
+
+def test_oversized_texts_are_refused_by_bytes_without_tokenizing():
+    def never(text: str) -> int:
+        raise AssertionError("tokenized")
+
+    tree = example_tree("systemone")
+    bound = tree.state.bound.max_tokens
+    big = "x" * (bound * MAX_TOKEN_BYTES + 1)
+    with pytest.raises(InstanceError) as e:
+        validate_instance(tree, {"state": big, "questions": {"a": {"type": "noul"}}}, never)
+    assert e.value.problems == (f"state: {len(big)} bytes, more than its bound of {bound} tokens can hold "
+                                f"(at most {MAX_TOKEN_BYTES} bytes a token); shorten it",)
+    with pytest.raises(InstanceError):  # the runtime validates without a counter: the byte rule still holds
+        validate_instance(tree, {"state": big, "questions": {"a": {"type": "noul"}}})
+    validate_instance(tree, {"state": big[1:], "questions": {"a": {"type": "noul"}}})
+
+
+def test_max_token_bytes_covers_the_qwen35_vocabulary(qwen_tokenizer):
+    from flidec.testing.tokenizer import bytes_to_unicode
+
+    byte_of = {c: b for b, c in bytes_to_unicode().items()}
+    longest = 0
+    for token_id in range(qwen_tokenizer.vocab_size):
+        token = qwen_tokenizer.id_to_token(token_id)
+        if token is None:
+            continue
+        size = len(token) if all(c in byte_of for c in token) else len(token.encode("utf-8"))
+        longest = max(longest, size)
+    assert longest == MAX_TOKEN_BYTES
