@@ -140,7 +140,8 @@ class _Printer:
         head = f"tree {tree.name} {_options(options)} {{" if options else f"tree {tree.name} {{"
         self.emit(0, head, tree.loc)
         s = tree.state
-        self.emit(1, f"state {s.name}: text{bound_text(s.bound)}" + (" resumable" if s.resumable else ""), s.loc)
+        resumable = " resumable" if s.resumable else ""
+        self.emit(1, f"state {s.name}: text{bound_text(s.bound)}{resumable}", s.loc)
         self.body(tree.body, 1)
         self.close(0, tree.loc)
 

@@ -94,7 +94,9 @@ def _node(n: Node) -> dict[str, Any]:
         "kind": "ask",
         "name": n.name,
         "types": [{"kind": t.kind, "options": _range(t.options), "loc": _loc(t.loc)} for t in n.types],
-        "instructions": {"bound": _bound(n.instructions)} if isinstance(n.instructions, Bound) else n.instructions,
+        "instructions": (
+            {"bound": _bound(n.instructions)} if isinstance(n.instructions, Bound) else n.instructions
+        ),
         "criteria": _criteria(n.criteria),
         "repeat": _range(n.repeat) if n.repeat is not None else None,
         "loc": _loc(n.loc),
@@ -129,7 +131,8 @@ class _Reader:
         if d.get("flide_tree_ir") != VERSION:
             raise ValueError(f"flide_tree_ir is {d.get('flide_tree_ir')!r}, this flidec reads {VERSION}")
         f = d["format"]
-        fmt = Format(_str(f["name"]), tuple((_str(k), _scalar(v)) for k, v in f["options"]), _read_loc(f["loc"]))
+        fmt = Format(_str(f["name"]), tuple((_str(k), _scalar(v)) for k, v in f["options"]),
+                     _read_loc(f["loc"]))
         trees = []
         for i, t in enumerate(d["trees"]):
             self.path.append(f".trees[{i}]")
@@ -163,7 +166,8 @@ class _Reader:
             return Fork(_str(d["name"]), _read_range(d["fanout"]), text, self.body(d["body"]), loc)
         if kind != "ask":
             raise ValueError(f"unknown node kind {kind!r}")
-        types = tuple(AskType(_kind(t["kind"]), _read_range(t["options"]), _read_loc(t["loc"])) for t in d["types"])
+        types = tuple(AskType(_kind(t["kind"]), _read_range(t["options"]), _read_loc(t["loc"]))
+                      for t in d["types"])
         instr = d["instructions"]
         instructions = instr if instr is None or isinstance(instr, str) else _read_bound(instr["bound"])
         repeat = None if d["repeat"] is None else _read_range(d["repeat"])

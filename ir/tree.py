@@ -12,7 +12,7 @@ at the point where they stand and do not extend it for the nodes after them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Union
+from typing import Literal
 
 AskKind = Literal["noul", "choice", "score"]
 
@@ -81,7 +81,7 @@ class ScoreLevels:
     loc: Loc = _loc()
 
 
-Criteria = Union[NoulCriteria, ChoiceOptions, ScoreLevels]
+Criteria = NoulCriteria | ChoiceOptions | ScoreLevels
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +131,7 @@ class Fork:
     loc: Loc = _loc()
 
 
-Node = Union[Text, Ask, Fork]
+Node = Text | Ask | Fork
 
 
 @dataclass(frozen=True, slots=True)

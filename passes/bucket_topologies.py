@@ -61,7 +61,8 @@ def bucket_tree(t: TreeTemplate, profile: Sequence[Sizes], padding: float, max_r
     least = min_rows(t)
     outside = [p for p in profile if not _within(p, worst)]
     if outside:
-        raise ValueError(f"tree {t.tree}: profiled instance {outside[0]} is outside the declared bounds {worst}")
+        raise ValueError(f"tree {t.tree}: profiled instance {outside[0]} is outside the declared bounds "
+                         f"{worst}")
     if t.buckets:
         rows, basis = sorted({round_rows(h) for h in t.buckets}), "hints"
     elif profile:
@@ -71,8 +72,8 @@ def bucket_tree(t: TreeTemplate, profile: Sequence[Sizes], padding: float, max_r
     reads_per_row = max_reads_per_segment(t)
     plans = []
     for k, r in enumerate(rows):
-        bucket = Bucket(f"r{r}", r, max_segments(t, worst, r), worst.depth, min(worst.reads, r * reads_per_row),
-                        worst.labels)
+        bucket = Bucket(f"r{r}", r, max_segments(t, worst, r), worst.depth,
+                        min(worst.reads, r * reads_per_row), worst.labels)
         below = rows[k - 1] if k else 0
         landing = [p.rows for p in profile if below < p.rows <= r]
         smallest = min(landing) if landing else max(below + 1, least)  # no profiled instance: the bounds

@@ -68,7 +68,7 @@ def _shared(members: list[SegmentTemplate]) -> SegmentTemplate:
     prefix = leads[0][:n]
     reads = []
     children: list[Child] = []
-    for m, lead in zip(members, leads):
+    for m, lead in zip(members, leads, strict=True):
         rest = lead[n:]
         pieces = ((Const(rest),) if rest else ()) + m.pieces[1:]
         if pieces:

@@ -1,12 +1,13 @@
 """The model-graph IR level ("fx"): torch.fx GraphModules of flidec.models.qwen3_5, and the ops passes put in.
 
 Consumes a GraphModule traced from Qwen35 (`forward(tokens, meta)`); the graph passes (lower_forks,
-label_head, trim_reads, fuse_pointwise, group_linears, fuse_gdn_norm) rewrite it with the ops below, each a torch.fx leaf
-function whose body is its plain-torch reference, composed from runtime/reference/ops.py, so the reference
-executor runs every stage of the pipeline. After lower_forks the graph reads no StreamMeta object: it takes
-`forward(tokens, tables)`, `tables` mapping the static meta buffer names (META_BUFFERS) to tensors sized by
-the bucket (`static_tables` fills them from a stream's meta). Registers the level with the pass manager:
-its verifier is Graph.lint plus "nothing reads the meta object after lowering"; its printer is `render`.
+label_head, trim_reads, fuse_pointwise, group_linears, fuse_gdn_norm) rewrite it with the ops below, each a
+torch.fx leaf function whose body is its plain-torch reference, composed from runtime/reference/ops.py, so
+the reference executor runs every stage of the pipeline. After lower_forks the graph reads no StreamMeta
+object: it takes `forward(tokens, tables)`, `tables` mapping the static meta buffer names (META_BUFFERS) to
+tensors sized by the bucket (`static_tables` fills them from a stream's meta). Registers the level with the
+pass manager: its verifier is Graph.lint plus "nothing reads the meta object after lowering"; its printer is
+`render`.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from flidec.runtime.meta import Segment, StreamMeta, build_meta
 from flidec.runtime.reference import ops
 from flidec.runtime.tables import PADDING_LEVEL, static_tables
 
-# ---- the ops passes insert (leaf calls; bodies are the reference) -------------------------------------------
+# ---- the ops passes insert (leaf calls; bodies are the reference) ------------------------------------------
 
 
 def segments_meta(segments: torch.Tensor, rows: int) -> StreamMeta:
@@ -44,7 +45,8 @@ def fork_conv_static(x: torch.Tensor, weight: torch.Tensor, conv_prev: torch.Ten
     return ops.fork_conv(x, weight, SimpleNamespace(conv_prev=conv_prev))
 
 
-def fork_attention_static(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, segments: torch.Tensor) -> torch.Tensor:
+def fork_attention_static(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, segments: torch.Tensor
+                          ) -> torch.Tensor:
     return ops.fork_attention(q, k, v, segments_meta(segments, q.shape[0]))
 
 
@@ -68,8 +70,8 @@ def fork_gdn_gated(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch.T
 
 
 def fork_gdn_normed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
-                    a_log: torch.Tensor, dt_bias: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, eps: float,
-                    segments: torch.Tensor) -> torch.Tensor:
+                    a_log: torch.Tensor, dt_bias: torch.Tensor, z: torch.Tensor, weight: torch.Tensor,
+                    eps: float, segments: torch.Tensor) -> torch.Tensor:
     """fork_gdn_gated followed by the layer's gated RMS norm with z [T, Hv, Dv]: the norm applied by the
     Gated DeltaNet's output kernel instead of a launch of its own."""
     return ops.gated_rms_norm(fork_gdn_gated(q, k, v, a, b, a_log, dt_bias, segments), z, weight, eps)
@@ -115,7 +117,8 @@ def rms_norm_f32(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Ten
 
 
 GRAPH_OPS: tuple[Callable, ...] = (
-    fork_conv_static, fork_attention_static, fork_attention_gated, fork_gdn_static, fork_gdn_gated, fork_gdn_normed,
+    fork_conv_static, fork_attention_static, fork_attention_gated, fork_gdn_static, fork_gdn_gated,
+    fork_gdn_normed,
     gather_rows, label_head, linear_group, linear_silu_mul, silu_mul, add_rms_norm, rms_norm_f32,
 )
 for _fn in GRAPH_OPS:

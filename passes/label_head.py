@@ -26,9 +26,11 @@ def label_head(gm: torch.fx.GraphModule, ctx: object = None) -> torch.fx.GraphMo
     (head,) = heads
     hidden, weight, meta = head.args
     with gm.graph.inserting_before(head):
-        fields = {f: gm.graph.call_function(getattr, (meta, f)) for f in ("read_rows", "read_labels", "read_nlabels")}
+        fields = {f: gm.graph.call_function(getattr, (meta, f))
+                  for f in ("read_rows", "read_labels", "read_nlabels")}
         rows = gm.graph.call_function(gather_rows, (hidden, fields["read_rows"]))
-        new = gm.graph.call_function(label_head_op, (rows, weight, fields["read_labels"], fields["read_nlabels"]))
+        new = gm.graph.call_function(label_head_op,
+                                     (rows, weight, fields["read_labels"], fields["read_nlabels"]))
     head.replace_all_uses_with(new)
     gm.graph.erase_node(head)
     return finish(gm)

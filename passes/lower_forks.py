@@ -2,8 +2,8 @@
 
 Consumes a model graph taking `(tokens, meta)` (after label_head, so nothing reads a meta field other than
 the buffers below); produces one taking `(tables)`: `tables[name]` for each static buffer of
-runtime/tables.meta_buffers (tokens, positions, conv_prev, segments, read_rows, read_labels, read_nlabels), one
-node per buffer, read by `fork_conv_static(x, w, conv_prev)`, `fork_attention_static(q, k, v, segments)`
+runtime/tables.meta_buffers (tokens, positions, conv_prev, segments, read_rows, read_labels, read_nlabels),
+one node per buffer, read by `fork_conv_static(x, w, conv_prev)`, `fork_attention_static(q, k, v, segments)`
 and `fork_gdn_static(..., segments)`. Those buffer names are what the recording turns into arena offsets
 and the binder fills before each replay. Numerics unchanged (the static ops' bodies call the reference
 ops on the same structure): answers are torch.equal, on the bucket-padded stream.
@@ -50,7 +50,8 @@ def lower_forks(gm: torch.fx.GraphModule, ctx: object = None) -> torch.fx.GraphM
     def buffer(name: str) -> torch.fx.Node:
         if name not in buffers:
             with g.inserting_after(list(buffers.values())[-1] if buffers else tables):
-                buffers[name] = g.create_node("call_function", operator.getitem, (tables, name), name=f"meta_{name}")
+                buffers[name] = g.create_node("call_function", operator.getitem, (tables, name),
+                                              name=f"meta_{name}")
         return buffers[name]
 
     tokens.replace_all_uses_with(buffer("tokens"))
@@ -61,7 +62,8 @@ def lower_forks(gm: torch.fx.GraphModule, ctx: object = None) -> torch.fx.GraphM
         elif name in LOWERED:
             fn, field = LOWERED[name]
             if user.kwargs or user.args[-1] is not meta:
-                raise FlideError(f"%{user.name}: {name} must take the meta object as its last positional argument")
+                raise FlideError(f"%{user.name}: {name} must take the meta object as its last positional "
+                                 "argument")
             with g.inserting_before(user):
                 new = g.call_function(fn, (*user.args[:-1], buffer(field)))
             user.replace_all_uses_with(new)

@@ -95,7 +95,8 @@ LEVELS: dict[str, Level] = {}
 PASSES: dict[str, Pass] = {}
 
 
-def register_level(name: str, verify: Callable[[Any], Sequence[object]], render: Callable[[Any], str]) -> Level:
+def register_level(name: str, verify: Callable[[Any], Sequence[object]], render: Callable[[Any], str]
+                   ) -> Level:
     if name in LEVELS:
         raise ValueError(f"IR level {name!r} is registered twice")
     LEVELS[name] = Level(name, verify, render)
@@ -127,7 +128,8 @@ def check_pipeline(names: Iterable[str], level: str, disabled: frozenset[str] = 
         if p.level_in != level:
             raise ValueError(f"pass {name} takes {p.level_in} IR, but the pipeline has {level} IR there")
         if name in disabled and p.level_in != p.level_out:
-            raise ValueError(f"pass {name} cannot be disabled: it turns {p.level_in} IR into {p.level_out} IR")
+            raise ValueError(f"pass {name} cannot be disabled: it turns {p.level_in} IR into {p.level_out} "
+                             "IR")
         level = p.level_out
     return level
 

@@ -85,7 +85,8 @@ def _from_text(text: dict[str, Any], nested: bool, tie: bool | None) -> TextConf
         return text[key]
 
     if text.get("hidden_act", "silu") != "silu":
-        raise ModelError(f"config.json: hidden_act {text['hidden_act']!r} is not supported (Qwen3.5 uses silu)")
+        raise ModelError(f"config.json: hidden_act {text['hidden_act']!r} is not supported (Qwen3.5 uses "
+                         "silu)")
     if text.get("attention_bias", False):
         raise ModelError("config.json: attention_bias is not supported (Qwen3.5 has none)")
     rope = dict(text.get("rope_parameters") or text.get("rope_scaling") or {})
@@ -94,7 +95,8 @@ def _from_text(text: dict[str, Any], nested: bool, tie: bool | None) -> TextConf
         raise ModelError(f"config.json: rope_type {rope_type!r} is not supported (only 'default')")
     layers = int(need("num_hidden_layers"))
     interval = int(text.get("full_attention_interval", 4))
-    layer_types = tuple(text.get("layer_types") or [FULL if (i + 1) % interval == 0 else LINEAR for i in range(layers)])
+    layer_types = tuple(text.get("layer_types")
+                        or [FULL if (i + 1) % interval == 0 else LINEAR for i in range(layers)])
     if len(layer_types) != layers or not set(layer_types) <= {LINEAR, FULL}:
         raise ModelError(f"config.json: layer_types must list {layers} of {LINEAR!r} / {FULL!r}")
     hidden, heads = int(need("hidden_size")), int(need("num_attention_heads"))
@@ -105,7 +107,9 @@ def _from_text(text: dict[str, Any], nested: bool, tie: bool | None) -> TextConf
         num_heads=heads,
         num_kv_heads=int(need("num_key_value_heads")),
         head_dim=int(text.get("head_dim") or hidden // heads),
-        partial_rotary_factor=float(rope.get("partial_rotary_factor", text.get("partial_rotary_factor", 0.25))),
+        partial_rotary_factor=float(
+            rope.get("partial_rotary_factor", text.get("partial_rotary_factor", 0.25))
+        ),
         rope_theta=float(rope.get("rope_theta", text.get("rope_theta", 10000.0))),
         linear_num_key_heads=int(need("linear_num_key_heads")),
         linear_num_value_heads=int(need("linear_num_value_heads")),

@@ -57,7 +57,8 @@ class Attention(nn.Module):
     def __init__(self, cfg: TextConfig, dtype: torch.dtype):
         super().__init__()
         h, d = cfg.hidden_size, cfg.head_dim
-        self.heads, self.kv_heads, self.head_dim, self.eps = cfg.num_heads, cfg.num_kv_heads, d, cfg.rms_norm_eps
+        self.heads, self.kv_heads, self.head_dim = cfg.num_heads, cfg.num_kv_heads, d
+        self.eps = cfg.rms_norm_eps
         self.q_proj = Weight(2 * cfg.num_heads * d, h, dtype=dtype)  # per head: query, then output gate
         self.k_proj = Weight(cfg.num_kv_heads * d, h, dtype=dtype)
         self.v_proj = Weight(cfg.num_kv_heads * d, h, dtype=dtype)
@@ -94,7 +95,8 @@ class GatedDeltaNet(nn.Module):
         self.in_proj_z = Weight(self.value_dim, h, dtype=dtype)
         self.in_proj_b = Weight(hv, h, dtype=dtype)
         self.in_proj_a = Weight(hv, h, dtype=dtype)
-        self.conv1d = Weight(cfg.conv_dim, 1, cfg.conv_kernel, dtype=dtype)  # depthwise: one filter per channel
+        # depthwise: one filter per channel
+        self.conv1d = Weight(cfg.conv_dim, 1, cfg.conv_kernel, dtype=dtype)
         self.A_log = nn.Parameter(torch.zeros(hv, dtype=dtype), requires_grad=False)
         self.dt_bias = nn.Parameter(torch.zeros(hv, dtype=dtype), requires_grad=False)
         self.norm = Weight(self.v_dim, dtype=dtype)

