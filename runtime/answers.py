@@ -38,7 +38,7 @@ def assemble(bound: Bound, label_logits: torch.Tensor, *,
     # a shape's leaves index its own instance's reads (bind plans each instance alone); the stream holds
     # each instance's reads contiguously, in plan order
     own: dict[int, list[dict]] = {}
-    for site, answer in zip(bound.sites, per_read):
+    for site, answer in zip(bound.sites, per_read, strict=True):
         own.setdefault(site.instance, []).append(answer)
     out: list[dict | None] = []
     for i, shape in enumerate(bound.shapes):

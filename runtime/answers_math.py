@@ -53,7 +53,7 @@ def choice_answer(names: Sequence[str], logits: Sequence[float]) -> dict:
     return {
         "type": "choice",
         "choice": names[argmax(ps)],
-        "probabilities": dict(zip(names, ps)),
+        "probabilities": dict(zip(names, ps, strict=True)),
         "confidence": choice_confidence(ps),
     }
 

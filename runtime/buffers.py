@@ -1,4 +1,4 @@
-"""The static buffer plan: a recording as the runtime reads it, its arena, weights, constants and meta staging.
+"""The static buffer plan: a recording as the runtime reads it; its arena, weights, constants, meta staging.
 
 Consumes `recordings/<tree>.<bucket>.json` (written by codegen/recording.py, format in docs/ARTIFACT.md; read
 here without importing codegen) and the model's tensors by name; produces, per recording, the pointer of
@@ -105,12 +105,14 @@ def recording_from_json(d: Mapping[str, Any], where: str = "recording") -> Recor
     try:
         plan = RecordingPlan(
             bucket=Bucket(**d["bucket"]),
-            buffers=tuple(PlanBuffer(b["name"], b["region"], b["dtype"], tuple(b["shape"]), b["offset"], b["fill"])
+            buffers=tuple(PlanBuffer(b["name"], b["region"], b["dtype"], tuple(b["shape"]), b["offset"],
+                                     b["fill"])
                           for b in d["buffers"]),
             arena_bytes=int(d["arena_bytes"]),
             steps=tuple(PlanStep(s["node"], s["op"], s["kernel"], tuple(s["grid"]),
-                                 tuple(PlanArg(a["buffer"], a["offset"], tuple(a["shape"]), tuple(a["strides"]),
-                                               a["scalar"], a["value"]) for a in s["args"]))
+                                 tuple(PlanArg(a["buffer"], a["offset"], tuple(a["shape"]),
+                                               tuple(a["strides"]), a["scalar"], a["value"])
+                                       for a in s["args"]))
                         for s in d["steps"]),
             constants=tuple((n, tuple(v)) for n, v in d["constants"]),
             output=d["output"],
@@ -134,7 +136,8 @@ def _check(plan: RecordingPlan, where: str) -> None:
         raise ArtifactError(f"{where}: two buffers share a name")
     for b in plan.buffers:
         if b.dtype not in DTYPES:
-            raise ArtifactError(f"{where}: buffer {b.name} has dtype {b.dtype}, which this runtime does not know")
+            raise ArtifactError(f"{where}: buffer {b.name} has dtype {b.dtype}, which this runtime does not "
+                                "know")
         if b.region in ("meta", "activation") and not 0 <= b.offset <= plan.arena_bytes - b.nbytes:
             raise ArtifactError(f"{where}: buffer {b.name} lies outside the arena")
     for s in plan.steps:
@@ -143,7 +146,10 @@ def _check(plan: RecordingPlan, where: str) -> None:
                 raise ArtifactError(f"{where}: step {s.node} reads unknown buffer {a.buffer}")
             if a.buffer:
                 b = names[a.buffer]
-                last = a.offset + sum((n - 1) * st for n, st in zip(a.shape, a.strides) if n > 0)
+                if len(a.shape) != len(a.strides):
+                    raise ArtifactError(f"{where}: step {s.node} reads buffer {a.buffer} with {len(a.shape)} "
+                                        f"dims and {len(a.strides)} strides; recompile the artifact")
+                last = a.offset + sum((n - 1) * st for n, st in zip(a.shape, a.strides, strict=True) if n > 0)
                 if a.offset < 0 or (math.prod(a.shape) and last >= math.prod(b.shape)):
                     raise ArtifactError(f"{where}: step {s.node} reads past the end of buffer {a.buffer}")
     if plan.output not in names:
@@ -173,16 +179,18 @@ class MetaStage:
     def __init__(self, plan: RecordingPlan, pin: bool = False):
         self.plan = plan
         self.lo, self.hi = meta_span(plan)
-        self.hosts = tuple(torch.zeros(self.hi - self.lo, dtype=torch.uint8, pin_memory=pin) for _ in range(2))
+        self.hosts = tuple(torch.zeros(self.hi - self.lo, dtype=torch.uint8, pin_memory=pin)
+                           for _ in range(2))
         self.copied: list[Any] = [None, None]  # per host buffer: the event after its last copy (CUDA)
         self.current = 0
         self.buffers = plan.meta
         self.requests = tuple(FillRequest(b.name, b.fill, b.shape) for b in self.buffers)
         check_requests(self.requests, plan.bucket)  # once here: a fill then writes without checking shapes
-        # per host buffer, each meta buffer's bytes in it as an array of the buffer's dtype and shape: made once
-        # here, so that a fill writes the tables straight into them (no table allocated, then copied)
-        self.views = tuple({b.name: host[b.offset - self.lo : b.offset - self.lo + b.nbytes].view(b.torch_dtype)
-                            .view(b.shape).numpy() for b in self.buffers} for host in self.hosts)
+        # per host buffer, each meta buffer's bytes in it as an array of the buffer's dtype and shape: made
+        # once here, so that a fill writes the tables straight into them (no table allocated, then copied)
+        self.views = tuple({b.name: host[b.offset - self.lo : b.offset - self.lo + b.nbytes]
+                            .view(b.torch_dtype).view(b.shape).numpy() for b in self.buffers}
+                           for host in self.hosts)
 
     @property
     def host(self) -> torch.Tensor:
@@ -229,8 +237,8 @@ class DeviceBuffers:
                 else:
                     continue
                 if tuple(value.shape) != b.shape:
-                    raise ArtifactError(f"recording {key}: {b.name} has shape {list(value.shape)}, the recording "
-                                        f"{list(b.shape)}")
+                    raise ArtifactError(f"recording {key}: {b.name} has shape {list(value.shape)}, the "
+                                        f"recording {list(b.shape)}")
                 have = self.tensors.get(b.name)
                 if have is None:
                     self.tensors[b.name] = value.to(device=device, dtype=b.torch_dtype).contiguous()

@@ -2,8 +2,9 @@
 
 Consumes a literal text encoder (`encode`) and the generation prompt's plain tail (the text after its
 last special token); produces, per ask kind and option count, the label strings shown in the prompt and
-the token id each is read at. The one implementation (flidec.runtime.labels re-exports it). A label's token is the one token that `tail + label`, encoded, adds to
-`tail` encoded; anything else (two tokens, a changed prefix) makes the label unusable.
+the token id each is read at. The one implementation (flidec.runtime.labels re-exports it). A label's
+token is the one token that `tail + label`, encoded, adds to `tail` encoded; anything else (two tokens, a
+changed prefix) makes the label unusable.
 
 The labels, decided once here:
 - noul: `yes`, `no` (in that order: index 0 is yes).
@@ -63,7 +64,7 @@ class LabelTable:
 
     def _checked(self, texts: tuple[str, ...]) -> Labels:
         ids = tuple(self.token(t) for t in texts)
-        bad = [t for t, i in zip(texts, ids) if i is None]
+        bad = [t for t, i in zip(texts, ids, strict=True) if i is None]
         if bad:
             raise LabelError(f"labels {bad} are not single tokens for this tokenizer")
         if len(set(ids)) != len(ids):

@@ -49,7 +49,8 @@ class CompiledKernel:
     name: str  # the cubin's entry point
     target: str  # e.g. "sm_90"
     cubin: bytes
-    params: tuple[tuple[str, str], ...]  # launch parameters in order: (name, Triton type: "*bf16", "i32", ...)
+    # launch parameters in order: (name, Triton type: "*bf16", "i32", ...)
+    params: tuple[tuple[str, str], ...]
     constexprs: tuple[tuple[str, int | float | bool | str], ...]  # what it was specialized on, for inspection
     aligned: tuple[str, ...]
     num_warps: int
@@ -108,7 +109,7 @@ def read_kernel(directory: str | Path, digest: str) -> CompiledKernel:
         triton_version=meta["triton_version"], scratch=meta["scratch"], scratch_align=meta["scratch_align"])
 
 
-# ---- argument packing ---------------------------------------------------------------------------------------
+# ---- argument packing --------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,12 +137,14 @@ def pack_args(kernel: CompiledKernel, args: Sequence[Any], pointer: Callable[[An
         raise ArtifactError(f"{where}: {kernel.name} needs {kernel.scratch} bytes of global scratch a "
                             "program, and no scratch buffer was given")
     if len(args) != len(kernel.params):
-        raise ArtifactError(f"{where}: {len(args)} arguments for {kernel.name}'s {len(kernel.params)} parameters")
+        raise ArtifactError(f"{where}: {len(args)} arguments for {kernel.name}'s {len(kernel.params)} "
+                            "parameters")
     values: list[Any] = []
-    for (name, typ), a in zip(kernel.params, args):
+    for (name, typ), a in zip(kernel.params, args, strict=True):
         if typ.startswith("*"):
             if not a.buffer:
-                raise ArtifactError(f"{where}: {kernel.name}.{name} is a pointer, the recording passes a scalar")
+                raise ArtifactError(f"{where}: {kernel.name}.{name} is a pointer, the recording passes a "
+                                    "scalar")
             values.append(int(pointer(a)))
         else:
             if a.buffer or typ not in SCALARS or a.scalar != typ:
@@ -158,7 +161,7 @@ def grid3(grid: Sequence[int]) -> tuple[int, int, int]:
     return g  # type: ignore[return-value]
 
 
-# ---- launchers ----------------------------------------------------------------------------------------------
+# ---- launchers ---------------------------------------------------------------------------------------------
 
 
 class Launcher(Protocol):
@@ -187,15 +190,16 @@ class CudaLauncher:
         from cuda.core import ObjectCode
 
         handle = ObjectCode.from_cubin(kernel.cubin).get_kernel(kernel.name)
-        if kernel.shared > DEFAULT_SHARED:  # above the default, dynamic shared memory is opted into per kernel
+        # above the default, dynamic shared memory is opted into per kernel
+        if kernel.shared > DEFAULT_SHARED:
             from cuda.bindings import driver
 
             (err,) = driver.cuKernelSetAttribute(
                 driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, kernel.shared,
                 driver.CUkernel(int(handle.handle)), self._device.device_id)
             if err != driver.CUresult.CUDA_SUCCESS:
-                raise ArtifactError(f"kernel {kernel.name}: cannot raise its shared memory to {kernel.shared} "
-                                    f"bytes on this GPU ({err})")
+                raise ArtifactError(f"kernel {kernel.name}: cannot raise its shared memory to "
+                                    f"{kernel.shared} bytes on this GPU ({err})")
         return handle
 
     def launch(self, handle: object, launch: Launch) -> None:

@@ -87,7 +87,7 @@ def check_segments(segments: tuple[Segment, ...], num_rows: int) -> None:
     """The structural invariants every consumer relies on; a violation is a binder bug, so it asserts."""
     covered = 0
     for i, s in enumerate(segments):
-        assert s.length >= 0 and 0 <= s.start and s.start + s.length <= num_rows, f"segment {i} out of rows"
+        assert s.length >= 0 and s.start >= 0 and s.start + s.length <= num_rows, f"segment {i} out of rows"
         if s.parent < 0:
             assert s.pos0 == 0 and s.level == 0, f"root segment {i} must start at position 0, level 0"
         else:

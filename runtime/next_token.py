@@ -60,7 +60,8 @@ class ChatTokenizer(Protocol):
     """What the format needs from a tokenizer (flidec.models.tokenizer.ModelTokenizer provides it)."""
 
     special_tokens: Mapping[str, int]  # special token text -> id
-    cuts_exact: bool  # a text cut where _runs cuts encodes to the whole text's ids (a Qwen split: tokenizer.py)
+    # a text cut where _runs cuts encodes to the whole text's ids (a Qwen split: tokenizer.py)
+    cuts_exact: bool
 
     def encode(self, text: str) -> list[int]:
         """Text taken literally (NFC, pre-tokenized, byte-level BPE): special-token spellings stay text."""
@@ -158,7 +159,7 @@ class NextTokenFormat:
         runs = [_runs(text) if self._tok.cuts_exact else [text] for text in unique]
         ids = iter(self._tok.encode_batch([r for rs in runs for r in rs]))
         out = {}
-        for text, rs in zip(unique, runs):
+        for text, rs in zip(unique, runs, strict=True):
             if len(rs) == 1:
                 out[text] = tuple(next(ids))
                 continue
@@ -301,7 +302,7 @@ class NextTokenFormat:
         text, constant = q.instructions
         if text:
             lines.append((f"Question: {text}", constant))
-        for label, (name, desc) in zip(label_texts, q.options):
+        for label, (name, desc) in zip(label_texts, q.options, strict=True):
             if name is None:  # noul: the label is the name
                 line = label if desc is None else f"{label}: {desc}"
             else:

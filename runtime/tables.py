@@ -30,7 +30,7 @@ import torch
 from flidec.ir.program import Bucket
 from flidec.runtime.meta import CHUNK, CONV_TAPS, StreamMeta, path_chains
 
-# ---- the static meta buffers of a lowered graph ---------------------------------------------------------------
+# ---- the static meta buffers of a lowered graph ------------------------------------------------------------
 
 SEGMENT_FIELDS = ("start", "length", "pos0", "parent", "level")  # columns of the `segments` table
 PADDING_LEVEL = -1  # `level` of a padding row of the segments table: no segment
@@ -68,14 +68,15 @@ def static_tables(tokens: torch.Tensor, meta: StreamMeta, bucket: Bucket) -> dic
     return {name: torch.from_numpy(a) for name, a in out.items()}
 
 
-def write_static(out: Mapping[str, np.ndarray], tokens: torch.Tensor, meta: StreamMeta, bucket: Bucket) -> None:
+def write_static(out: Mapping[str, np.ndarray], tokens: torch.Tensor, meta: StreamMeta, bucket: Bucket
+                 ) -> None:
     """`static_tables` written into `out` (the static buffers it names, each whole, padding included): a
     meta stage's host buffers are written once, with no table allocated and copied on the way."""
     rows, segs, reads = meta.num_rows, len(meta.segments), len(meta.reads)
     lmax = meta.read_labels.shape[1]
     if not bucket.fits(rows, segs, 1, reads, lmax if reads else 0):
-        raise ValueError(f"a stream of {rows} rows, {segs} segments, {reads} reads of <= {lmax} labels does not "
-                         f"fit bucket {bucket.name}")
+        raise ValueError(f"a stream of {rows} rows, {segs} segments, {reads} reads of <= {lmax} labels does "
+                         f"not fit bucket {bucket.name}")
     for name, value, pad in (("tokens", tokens, 0), ("positions", meta.positions, 0),
                              ("conv_prev", meta.conv_prev, -1), ("read_rows", meta.read_rows, 0),
                              ("read_nlabels", meta.read_nlabels, 0)):
@@ -99,7 +100,7 @@ def write_static(out: Mapping[str, np.ndarray], tokens: torch.Tensor, meta: Stre
 _PADDING_SEGMENT = tuple({"parent": -1, "level": PADDING_LEVEL}.get(f, 0) for f in SEGMENT_FIELDS)
 
 
-# ---- fork attention: query tiles and path levels -------------------------------------------------------------
+# ---- fork attention: query tiles and path levels -----------------------------------------------------------
 # Tiles are aligned to multiples of `block_m` logical positions (a segment starting mid-tile gets a partial
 # first tile), so a query always sits at the same row of its tile and walks the same key tiles, whatever
 # stream it is packed in (E3). Padding tiles have count 0 and write nothing.
@@ -236,7 +237,7 @@ def max_chunks(rows: int, segments: int) -> int:
 
 def state_slots(meta: StreamMeta) -> dict[int, int]:
     """Slot of each segment whose state at floor(end / CHUNK) * CHUNK some descendant starts from."""
-    for src, b in zip(meta.gdn_src, meta.gdn_chunk0):
+    for src, b in zip(meta.gdn_src, meta.gdn_chunk0, strict=True):
         assert src < 0 or b == meta.segments[src].end // CHUNK * CHUNK
     return {s: i for i, s in enumerate(sorted({src for src in meta.gdn_src if src >= 0}))}
 
@@ -271,7 +272,7 @@ def gdn_tables(meta: StreamMeta, levels: int | None = None, per_level: int | Non
     span = np.array([spans[s] for _, s in at], dtype=np.int64)
     first = np.cumsum(span) - span  # each item's first chunk slot: the items' chunks in item order
     fields = []
-    for (i, s), f in zip(at, first.tolist()):
+    for (i, s), f in zip(at, first.tolist(), strict=True):
         seg, tail, src = meta.segments[s], meta.gdn_tail[s], meta.gdn_src[s]
         fields.append((s, seg.start, seg.length, meta.gdn_chunk0[s], len(tail), -1 if src < 0 else slots[src],
                        slots.get(s, -1), f))
@@ -310,7 +311,7 @@ def live_rows(meta: StreamMeta) -> int:
     return max((s.start + s.length for s in meta.segments), default=0)
 
 
-# ---- fill rules: a recording's meta buffers by name -----------------------------------------------------------
+# ---- fill rules: a recording's meta buffers by name --------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -347,12 +348,14 @@ def _gdn(part: str) -> FillRule:
     def write(out, meta, bucket, params, cache):  # items, tails and chunks come from one gdn_tables call
         key = ("gdn", params["per_level"], params["slots"], params["chunks"])
         if key not in cache:
-            cache[key] = gdn_tables(meta, bucket.depth, params["per_level"], params["slots"], params["chunks"])
+            cache[key] = gdn_tables(meta, bucket.depth, params["per_level"], params["slots"],
+                                    params["chunks"])
         out[...] = getattr(cache[key], part).numpy()
 
     def shape(bucket, req, params):
         items = bucket.depth * max(params["per_level"], 1)
-        return {"items": (items, len(ITEM_FIELDS)), "tails": (items, CHUNK), "chunks": (params["chunks"], 2)}[part]
+        return {"items": (items, len(ITEM_FIELDS)), "tails": (items, CHUNK),
+                "chunks": (params["chunks"], 2)}[part]
     return FillRule(shape, write)
 
 
@@ -376,7 +379,8 @@ FILL_RULES: dict[str, FillRule] = {
 
 @functools.lru_cache(maxsize=1024)
 def _rule(fill: str, name: str) -> tuple[FillRule, tuple[tuple[str, int], ...]]:
-    """A meta buffer's fill rule and its parameters, parsed once per distinct `fill` (a fill runs per stream)."""
+    """A meta buffer's fill rule and its parameters, parsed once per distinct `fill` (a fill runs per
+    stream)."""
     rule, params = parse_fill(fill)
     if rule not in FILL_RULES:
         raise ValueError(f"no fill rule {fill!r} for meta buffer {name} (this runtime knows "
@@ -398,8 +402,8 @@ def check_requests(requests: Iterable[FillRequest], bucket: Bucket) -> None:
     for req in requests:
         shape = table_layout(req, bucket)[0]
         if shape != req.shape:
-            raise ValueError(f"meta buffer {req.name}: the {req.fill} rule gives {list(shape)}, the recording "
-                             f"has {list(req.shape)}")
+            raise ValueError(f"meta buffer {req.name}: the {req.fill} rule gives {list(shape)}, the "
+                             f"recording has {list(req.shape)}")
 
 
 def fill_meta(requests: Iterable[FillRequest], tokens: torch.Tensor, meta: StreamMeta, bucket: Bucket

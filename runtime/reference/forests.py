@@ -53,7 +53,8 @@ def pack_forest(
         segments.append(Segment(start=starts[i], length=len(toks), pos0=pos0, parent=parent, level=level))
         tokens[starts[i] : starts[i] + len(toks)] = torch.tensor(list(toks), dtype=torch.int64)
     read_list = tuple(
-        Read(row=segments[i].start + segments[i].length - 1, labels=labels) for i, labels in (reads or {}).items()
+        Read(row=segments[i].start + segments[i].length - 1, labels=labels)
+        for i, labels in (reads or {}).items()
     )
     return Stream(tokens, build_meta(tuple(segments), read_list, num_rows))
 

@@ -47,12 +47,14 @@ def _by_row_tiles(fn: Callable[..., torch.Tensor], *xs: torch.Tensor) -> torch.T
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """x [T, K] @ weight[N, K]^T -> [T, N], one fixed-shape F.linear per row tile (no bias: Qwen3.5 has none)."""
+    """x [T, K] @ weight[N, K]^T -> [T, N], one fixed-shape F.linear per row tile (no bias: Qwen3.5 has
+    none)."""
     return _by_row_tiles(lambda t: F.linear(t, weight), x)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """Qwen3.5's zero-centred RMSNorm over the last dim: fp32 x * rsqrt(mean(x^2) + eps) * (1 + w), cast back."""
+    """Qwen3.5's zero-centred RMSNorm over the last dim: fp32 x * rsqrt(mean(x^2) + eps) * (1 + w), cast
+    back."""
 
     def tile(t: torch.Tensor) -> torch.Tensor:
         h = t.float()
@@ -87,8 +89,8 @@ def gdn_beta(b: torch.Tensor) -> torch.Tensor:
 def rotary(x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
     """Partial RoPE on the first 2 * len(inv_freq) dims of each head of x [T, H, D] at the logical positions.
 
-    cos/sin are computed in fp32 and cast to x's dtype before the rotation, as transformers does; for text-only
-    input Qwen3.5's mRoPE gives every section the same position, so it is this plain RoPE.
+    cos/sin are computed in fp32 and cast to x's dtype before the rotation, as transformers does; for
+    text-only input Qwen3.5's mRoPE gives every section the same position, so it is this plain RoPE.
     """
     rot = 2 * inv_freq.numel()
 
@@ -124,7 +126,8 @@ def fork_conv(x: torch.Tensor, weight: torch.Tensor, meta: StreamMeta) -> torch.
 
 
 def path_rows(meta: StreamMeta, seg: int) -> torch.Tensor:
-    """Stream rows of logical positions 0 .. end-1 on the path ending in segment `seg` (its keys, in order)."""
+    """Stream rows of logical positions 0 .. end-1 on the path ending in segment `seg` (its keys, in
+    order)."""
     ranges = meta.key_ranges[seg, : len(meta.ancestors[seg]) + 1].tolist()
     rows = torch.cat([torch.arange(lo, hi) for lo, hi in ranges])
     assert rows.numel() == meta.segments[seg].end, "key ranges must cover the path"
@@ -183,7 +186,8 @@ def _l2norm(x: torch.Tensor) -> torch.Tensor:
 
 
 def _gdn_chunk(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, state: torch.Tensor
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
+    state: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One CHUNK of the gated delta rule (WY/UT form), all fp32, heads first: q/k [Hv, C, Dk], v [Hv, C, Dv],
     g/beta [Hv, C], state [Hv, Dk, Dv] at the chunk's start -> (out [Hv, C, Dv], state at its end).
@@ -221,7 +225,7 @@ def fork_gdn(
     rows, hk, dk = q.shape
     hv, dv = v.shape[1:]
     rep = hv // hk
-    needed = {(src, b) for src, b in zip(meta.gdn_src, meta.gdn_chunk0) if src >= 0}
+    needed = {(src, b) for src, b in zip(meta.gdn_src, meta.gdn_chunk0, strict=True) if src >= 0}
     states: dict[tuple[int, int], torch.Tensor] = {}
     out = torch.zeros(rows, hv, dv, dtype=torch.float32, device=q.device)
 
@@ -236,7 +240,8 @@ def fork_gdn(
             if seg.length == 0:
                 continue  # never a state source: its chunk0 lies at or past every boundary it could hold
             b, tail = meta.gdn_chunk0[s], meta.gdn_tail[s]
-            idx = torch.cat([torch.tensor(tail, dtype=torch.int64), torch.arange(seg.start, seg.start + seg.length)])
+            idx = torch.cat([torch.tensor(tail, dtype=torch.int64),
+                             torch.arange(seg.start, seg.start + seg.length)])
             idx = idx.to(q.device)
             src = meta.gdn_src[s]
             state = states[(src, b)] if src >= 0 else q.new_zeros(hv, dk, dv, dtype=torch.float32)
