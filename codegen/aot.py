@@ -25,7 +25,8 @@ from flidec.runtime.launch import SCRATCH_ALIGN, CompiledKernel
 from flidec.runtime.launch import canonical as _canonical
 
 MAX_SHARED = {90: 232448}  # opt-in dynamic shared memory per block, bytes, by compute capability
-_SCALAR_TYPES = {"i1", "i8", "i16", "i32", "i64", "u1", "u8", "u16", "u32", "u64", "fp16", "bf16", "fp32", "fp64"}
+_SCALAR_TYPES = {"i1", "i8", "i16", "i32", "i64", "u1", "u8", "u16", "u32", "u64",
+                 "fp16", "bf16", "fp32", "fp64"}
 
 
 class KernelBuildError(FlideError):
@@ -66,7 +67,8 @@ def compile_kernel(fn: Any, signature: dict[str, str], constexprs: dict[str, Any
     params = tuple((n, t) for n, t in signature.items() if t != "constexpr")
     for n, t in params:
         if not (t.startswith("*") and t[1:] in _SCALAR_TYPES) and t not in _SCALAR_TYPES:
-            raise KernelBuildError(f"{fn.__name__}: parameter {n} has type {t!r}, which the runtime cannot pass")
+            raise KernelBuildError(f"{fn.__name__}: parameter {n} has type {t!r}, which the runtime cannot "
+                                   "pass")
     pointers = tuple(n for n, t in params if t.startswith("*"))
     aligned = pointers if aligned is None else tuple(aligned)
     if not set(aligned) <= set(pointers):
@@ -74,7 +76,8 @@ def compile_kernel(fn: Any, signature: dict[str, str], constexprs: dict[str, Any
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in aligned}
     if not isinstance(fn, JITFunction):
         raise KernelBuildError(f"{fn.__name__} is not a compilable @triton.jit kernel here "
-                               "(TRITON_INTERPRET=1 was set when triton was imported: compile in another process)")
+                               "(TRITON_INTERPRET=1 was set when triton was imported: compile in another "
+                               "process)")
 
     src = ASTSource(fn, signature, constexprs, attrs)
     try:
@@ -112,7 +115,8 @@ def _check_launchable(name: str, md: Any, capability: int) -> None:
     if md.shared > MAX_SHARED[capability]:
         problems.append(f"needs {md.shared} bytes of shared memory (at most {MAX_SHARED[capability]})")
     if problems:
-        raise KernelBuildError(f"kernel {name} cannot be launched by the flidec runtime: {'; '.join(problems)}")
+        raise KernelBuildError(f"kernel {name} cannot be launched by the flidec runtime: "
+                               f"{'; '.join(problems)}")
 
 
 def write_kernel(kernel: CompiledKernel, directory: str | Path) -> str:

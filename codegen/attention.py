@@ -286,7 +286,7 @@ def fork_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: Stre
     spec = attention_spec(q, k, v, gate, out, levels.shape[1])
     tiles = tables.query_tiles(meta, spec.tiles.block_m, num_tiles).to(q.device)
     scale = 1.0 / math.sqrt(spec.head_dim) if sm_scale is None else sm_scale
-    eager.launch(fork_attention_kernel, spec.grid(tiles.shape[0]), q, k, v, out if gate is None else gate, out,
-                 tiles, levels, scale, device=q.device, num_warps=spec.tiles.num_warps,
+    eager.launch(fork_attention_kernel, spec.grid(tiles.shape[0]), q, k, v, out if gate is None else gate,
+                 out, tiles, levels, scale, device=q.device, num_warps=spec.tiles.num_warps,
                  num_stages=spec.tiles.num_stages, **spec.constexprs())
     return out

@@ -218,7 +218,8 @@ def _chunk_of(chunks_ptr, items_ptr, slot, item, NUM_FIELDS: tl.constexpr, F_ROW
     the positions from the aligned chunk start to the segment's end."""
     fields = items_ptr + item * NUM_FIELDS
     n_tail = tl.load(fields + F_TAIL)
-    return tl.load(chunks_ptr + slot * 2 + 1), tl.load(fields + F_ROW0), n_tail, n_tail + tl.load(fields + F_LENGTH)
+    return (tl.load(chunks_ptr + slot * 2 + 1), tl.load(fields + F_ROW0), n_tail,
+            n_tail + tl.load(fields + F_LENGTH))
 
 
 @triton.jit
@@ -268,7 +269,8 @@ def gdn_prep_kernel(
     item = tl.load(chunks_ptr + slot * 2)
     if item < 0:
         return
-    c, row0, n_tail, total = _chunk_of(chunks_ptr, items_ptr, slot, item, NUM_FIELDS, F_ROW0, F_LENGTH, F_TAIL)
+    c, row0, n_tail, total = _chunk_of(chunks_ptr, items_ptr, slot, item, NUM_FIELDS, F_ROW0, F_LENGTH,
+                                       F_TAIL)
 
     offs_c = tl.arange(0, CHUNK)
     offs_k = tl.arange(0, DK)
@@ -382,7 +384,7 @@ def gdn_state_kernel(
                     pid % NARROW, pid // NARROW, tl.num_programs(0) // NARROW, HV, DK, DV, BLOCK_V, CHUNK,
                     NUM_FIELDS, F_LENGTH, F_TAIL, F_SRC, F_DST, F_FIRST, DOT, SPLIT)
     else:
-        several = _item_total(items_ptr, item_base + 1, 1 < level_items, NUM_FIELDS, F_LENGTH, F_TAIL) > 0
+        several = _item_total(items_ptr, item_base + 1, level_items > 1, NUM_FIELDS, F_LENGTH, F_TAIL) > 0
         if pid < NARROW:
             if not several:
                 _walk_items(w_ptr, u_ptr, ke_ptr, decay_ptr, states_ptr, items_ptr, slots_ptr, item_base,
@@ -526,7 +528,8 @@ def gdn_out_kernel(
     item = tl.load(chunks_ptr + slot * 2)
     if item < 0:
         return
-    c, row0, n_tail, total = _chunk_of(chunks_ptr, items_ptr, slot, item, NUM_FIELDS, F_ROW0, F_LENGTH, F_TAIL)
+    c, row0, n_tail, total = _chunk_of(chunks_ptr, items_ptr, slot, item, NUM_FIELDS, F_ROW0, F_LENGTH,
+                                       F_TAIL)
 
     offs_c = tl.arange(0, CHUNK)
     offs_k = tl.arange(0, DK)
@@ -560,7 +563,8 @@ def gdn_out_kernel(
 
 @dataclass(frozen=True, slots=True)
 class GdnNorm:
-    """The gated RMS norm fused into the output kernel: z's and the weight's dtypes, z's row and head strides."""
+    """The gated RMS norm fused into the output kernel: z's and the weight's dtypes, z's row and head
+    strides."""
 
     z_dtype: torch.dtype
     weight_dtype: torch.dtype
@@ -598,7 +602,7 @@ class GdnSpec:
         return self.tiles.dot == "bf16x3"
 
     def _work(self, parts: tuple[str, ...]) -> dict[str, str]:
-        dtypes = dict(zip(ChunkWork.PARTS, ChunkWork.dtypes(self.split)))
+        dtypes = dict(zip(ChunkWork.PARTS, ChunkWork.dtypes(self.split), strict=True))
         return {name: "*" + _DTYPES[dtypes[name]] for name in parts}
 
     def _fields(self) -> dict[str, int]:
@@ -630,9 +634,9 @@ class GdnSpec:
 
     def state_constexprs(self) -> dict[str, int | str]:
         fields = {f"F_{name.upper()}": _FIELD[name] for name in ("length", "tail", "src", "dst", "first")}
-        return {"HV": self.num_v_heads, "DK": self.key_dim, "DV": self.value_dim, "BLOCK_V": self.tiles.block_v,
-                "WIDE_V": self.tiles.wide_v, "CHUNK": CHUNK, "NUM_FIELDS": len(ITEM_FIELDS), **fields,
-                "DOT": self.tiles.dot, "SPLIT": self.split}
+        return {"HV": self.num_v_heads, "DK": self.key_dim, "DV": self.value_dim,
+                "BLOCK_V": self.tiles.block_v, "WIDE_V": self.tiles.wide_v, "CHUNK": CHUNK,
+                "NUM_FIELDS": len(ITEM_FIELDS), **fields, "DOT": self.tiles.dot, "SPLIT": self.split}
 
     def out_signature(self) -> dict[str, str]:
         sig = self._work(ChunkWork.OUT_PARTS)
@@ -646,8 +650,9 @@ class GdnSpec:
     def out_constexprs(self) -> dict[str, int | str | bool]:
         o_st, o_sh = self.strides[-1]
         z_st, z_sh = self.norm.z_strides if self.norm else (0, 0)
-        return {"O_ST": o_st, "O_SH": o_sh, "Z_ST": z_st, "Z_SH": z_sh, "HV": self.num_v_heads, "DK": self.key_dim,
-                "DV": self.value_dim, "BLOCK_O": self.tiles.block_o, "CHUNK": CHUNK, **self._fields(),
+        return {"O_ST": o_st, "O_SH": o_sh, "Z_ST": z_st, "Z_SH": z_sh, "HV": self.num_v_heads,
+                "DK": self.key_dim, "DV": self.value_dim, "BLOCK_O": self.tiles.block_o, "CHUNK": CHUNK,
+                **self._fields(),
                 "DOT_OUT": self.tiles.out_dot, "NORM": self.norm is not None}
 
     # Heads (and value blocks) are the grid's first axis, work slots its second: blocks are dispatched first
@@ -683,8 +688,9 @@ class GdnSpec:
         and eps). Arguments are tensors (or stand-ins for them)."""
         t = self.tiles
         prep = GdnCall(gdn_prep_kernel, self.prep_grid(num_chunks),
-                       (q, k, v, g, beta, a_log, dt_bias, items, tails, chunks, *work.parts(ChunkWork.PREP_PARTS),
-                        self.key_dim**-0.5), self.prep_signature(), self.prep_constexprs(), t.prep_warps)
+                       (q, k, v, g, beta, a_log, dt_bias, items, tails, chunks,
+                        *work.parts(ChunkWork.PREP_PARTS), self.key_dim**-0.5),
+                       self.prep_signature(), self.prep_constexprs(), t.prep_warps)
         walks = [GdnCall(gdn_state_kernel, self.state_grid(per_level),
                          (*work.parts(ChunkWork.STATE_PARTS), items, slots, level * per_level, per_level),
                          self.state_signature(), self.state_constexprs(), t.state_warps, t.state_stages)
@@ -732,8 +738,8 @@ class ChunkWork:
                ) -> tuple[tuple[int, ...], ...]:
         n, h = max(num_chunks, 1), num_v_heads
         planes = (n, h, 2, CHUNK, key_dim) if split else (n, h, CHUNK, key_dim)
-        return (planes, (n, h, CHUNK, value_dim), (n, h, CHUNK, key_dim), planes, (n, h, CHUNK, CHUNK), (n, h),
-                (n, h, key_dim, value_dim))
+        return (planes, (n, h, CHUNK, value_dim), (n, h, CHUNK, key_dim), planes, (n, h, CHUNK, CHUNK),
+                (n, h), (n, h, key_dim, value_dim))
 
     @staticmethod
     def dtypes(split: bool) -> tuple[torch.dtype, ...]:
@@ -745,7 +751,7 @@ class ChunkWork:
         """NaN-filled: a kernel reading a chunk slot no earlier kernel wrote gets NaN outputs."""
         shapes = cls.shapes(num_chunks, spec.num_v_heads, spec.key_dim, spec.value_dim, spec.split)
         return cls(*(torch.full(s, float("nan"), dtype=dtype, device=device)
-                     for s, dtype in zip(shapes, cls.dtypes(spec.split))))
+                     for s, dtype in zip(shapes, cls.dtypes(spec.split), strict=True)))
 
     def parts(self, names: tuple[str, ...]) -> tuple:
         return tuple(getattr(self, name.removesuffix("_ptr")) for name in names)
@@ -773,9 +779,10 @@ def gdn_spec(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
     if (z is None) != (norm_weight is None):
         raise ValueError("to fuse the gated norm pass both z and its weight")
     if z is not None:
-        if z.shape != v.shape or z.stride(2) != 1 or norm_weight.shape != (dv,) or norm_weight.stride(0) != 1:
-            raise ValueError(f"the gated norm needs z like v {tuple(v.shape)} with a contiguous head dim and a "
-                             f"contiguous weight [{dv}], got z {tuple(z.shape)} and weight "
+        if (z.shape != v.shape or z.stride(2) != 1 or norm_weight.shape != (dv,)
+                or norm_weight.stride(0) != 1):
+            raise ValueError(f"the gated norm needs z like v {tuple(v.shape)} with a contiguous head dim and "
+                             f"a contiguous weight [{dv}], got z {tuple(z.shape)} and weight "
                              f"{tuple(norm_weight.shape)}")
         if dv // TILES[dv].block_o > 2:
             raise ValueError(f"head dim {dv}: the fused norm holds at most two output blocks a program")

@@ -37,8 +37,10 @@ class GemmTiles:
     block_k: int
     num_warps: int
     num_stages: int
-    group_m: int = 0  # row tiles whose column tiles programs take before the next rows' (_tile); 0: grid order
-    programs: int = 0  # PERSISTENT: this many programs walk the tiles, loading by TMA; 0: a program per tile
+    # row tiles whose column tiles programs take before the next rows' (_tile); 0: grid order
+    group_m: int = 0
+    # PERSISTENT: this many programs walk the tiles, loading by TMA; 0: a program per tile
+    programs: int = 0
 
 
 # Per dtype, rungs of (largest M served, largest N served, tiles): a launch takes the first rung serving its
@@ -70,7 +72,8 @@ TILES: dict[torch.dtype, tuple[tuple[int, int, GemmTiles], ...]] = {
 def tiles_for(dtype: torch.dtype, rows: int, columns: int) -> GemmTiles:
     """The tiles of a launch over `rows` rows and `columns` columns (a group's: all members'): the first rung
     that serves them."""
-    return next(t for most_rows, most_columns, t in TILES[dtype] if rows <= most_rows and columns <= most_columns)
+    return next(t for most_rows, most_columns, t in TILES[dtype]
+                if rows <= most_rows and columns <= most_columns)
 
 _DTYPES = {torch.bfloat16: "bf16", torch.float32: "fp32"}
 
@@ -202,7 +205,8 @@ def gemm_group_kernel(
     end1: tl.constexpr = end0 + (N1 + BLOCK_N - 1) // BLOCK_N
     end2: tl.constexpr = end1 + (N2 + BLOCK_N - 1) // BLOCK_N
     if pid_n < end0:
-        _gemm_tile(x_ptr, w0_ptr, y0_ptr, M, pid_m, pid_n, N0, K, X_ST, W_ST0, Y_ST0, BLOCK_M, BLOCK_N, BLOCK_K)
+        _gemm_tile(x_ptr, w0_ptr, y0_ptr, M, pid_m, pid_n, N0, K, X_ST, W_ST0, Y_ST0,
+                   BLOCK_M, BLOCK_N, BLOCK_K)
     elif pid_n < end1:
         _gemm_tile(x_ptr, w1_ptr, y1_ptr, M, pid_m, pid_n - end0, N1, K, X_ST, W_ST1, Y_ST1,
                    BLOCK_M, BLOCK_N, BLOCK_K)
@@ -389,7 +393,8 @@ def gemm_spec(x: torch.Tensor, weight: torch.Tensor, y: torch.Tensor, columns: i
     if x.dtype not in TILES or weight.dtype != x.dtype or y.dtype != x.dtype:
         raise ValueError(f"x, W and y must share one of {sorted(map(str, TILES))}")
     if x.shape[1] != weight.shape[1] or y.shape != (x.shape[0], weight.shape[0]):
-        raise ValueError(f"shapes do not compose: x {tuple(x.shape)}, W {tuple(weight.shape)}, y {tuple(y.shape)}")
+        raise ValueError(f"shapes do not compose: x {tuple(x.shape)}, W {tuple(weight.shape)}, "
+                         f"y {tuple(y.shape)}")
     if x.stride(1) != 1 or weight.stride(1) != 1 or y.stride(1) != 1:
         raise ValueError("x, W and y need a contiguous inner dim")
     return GemmSpec(dtype=x.dtype, n=weight.shape[0], k=weight.shape[1],
@@ -470,7 +475,8 @@ class GemmGroupSpec:
 
     def constexprs(self) -> dict[str, int]:
         t, first = self.tiles, self.members[0]
-        padded = self.members + (dataclasses.replace(first, n=0, strides=(0, 0, 0)),) * (GROUP - len(self.members))
+        unused = dataclasses.replace(first, n=0, strides=(0, 0, 0))
+        padded = self.members + (unused,) * (GROUP - len(self.members))
         return ({f"N{i}": m.n for i, m in enumerate(padded)} | {"K": first.k, "X_ST": first.strides[0]}
                 | {f"W_ST{i}": m.strides[1] for i, m in enumerate(padded)}
                 | {f"Y_ST{i}": m.strides[2] for i, m in enumerate(padded)}
@@ -486,7 +492,7 @@ class GemmGroupSpec:
     def args(self, x: object, weights: tuple, outs: tuple, rows: object) -> tuple:
         """The launch's arguments: x, then (W_i, y_i) per member (member 0's again for unused ones), the
         rows pointer."""
-        pairs = [*zip(weights, outs)] + [(weights[0], outs[0])] * (GROUP - len(weights))
+        pairs = [*zip(weights, outs, strict=True)] + [(weights[0], outs[0])] * (GROUP - len(weights))
         return (x, *(t for pair in pairs for t in pair), rows)
 
 
@@ -496,7 +502,7 @@ def gemm_group_spec(x: torch.Tensor, weights: tuple[torch.Tensor, ...], outs: tu
         raise ValueError(f"a group has 1 to {GROUP} members with one output each, not {len(weights)} weights "
                          f"and {len(outs)} outputs")
     columns = sum(w.shape[0] for w in weights)
-    members = tuple(gemm_spec(x, w, y, columns) for w, y in zip(weights, outs))
+    members = tuple(gemm_spec(x, w, y, columns) for w, y in zip(weights, outs, strict=True))
     if len({m.tiles for m in members}) > 1:  # some member's W cannot be loaded by TMA: none is (_tma_ready)
         per_tile = dataclasses.replace(members[0].tiles, programs=0, num_stages=_PER_TILE.num_stages)
         members = tuple(dataclasses.replace(m, tiles=per_tile) for m in members)

@@ -71,7 +71,8 @@ def rms_norm_kernel(x_ptr, w_ptr, out_ptr, rows_ptr, eps, INNER: tl.constexpr, X
     r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     d = tl.arange(0, BLOCK_D)
     mask = (r[:, None] < n_rows) & (d[None, :] < D)
-    x = tl.load(x_ptr + _rows(r, INNER, X_S0, X_S1)[:, None] + d[None, :], mask=mask, other=0.0).to(tl.float32)
+    x = tl.load(x_ptr + _rows(r, INNER, X_S0, X_S1)[:, None] + d[None, :], mask=mask,
+                other=0.0).to(tl.float32)
     w = tl.load(w_ptr + d, mask=d < D, other=0.0).to(tl.float32)
     h = x * (1.0 / tl.sqrt(tl.sum(x * x, 1) / D + eps))[:, None]
     tl.store(out_ptr + _rows(r, INNER, O_S0, O_S1)[:, None] + d[None, :],
@@ -162,7 +163,8 @@ def gated_rms_norm_kernel(x_ptr, z_ptr, w_ptr, out_ptr, rows_ptr, eps, INNER: tl
     d = tl.arange(0, BLOCK_D)
     mask = (r[:, None] < n_rows) & (d[None, :] < D)
     x = tl.load(x_ptr + _rows(r, INNER, X_S0, X_S1)[:, None] + d[None, :], mask=mask, other=0.0)
-    z = tl.load(z_ptr + _rows(r, INNER, Z_S0, Z_S1)[:, None] + d[None, :], mask=mask, other=0.0).to(tl.float32)
+    z = tl.load(z_ptr + _rows(r, INNER, Z_S0, Z_S1)[:, None] + d[None, :], mask=mask,
+                other=0.0).to(tl.float32)
     w = tl.load(w_ptr + d, mask=d < D, other=0.0).to(tl.float32)
     h = x.to(tl.float32)
     out = gated_norm(h, sum_squares(h, BLOCK_D), z, w, eps, D, x.dtype)
@@ -173,7 +175,8 @@ def gated_rms_norm_kernel(x_ptr, z_ptr, w_ptr, out_ptr, rows_ptr, eps, INNER: tl
 @triton.jit
 def rotary_kernel(x_ptr, pos_ptr, inv_freq_ptr, out_ptr, rows_ptr, INNER: tl.constexpr, X_S0: tl.constexpr,
                   X_S1: tl.constexpr, O_S0: tl.constexpr, O_S1: tl.constexpr, D: tl.constexpr,
-                  HALF: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_REST: tl.constexpr, BLOCK_R: tl.constexpr):
+                  HALF: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_REST: tl.constexpr,
+                  BLOCK_R: tl.constexpr):
     """Partial RoPE on the first 2 * HALF dims of each head at its token's logical position; cos and sin
     are rounded to x's dtype first, as transformers does. The two rotated halves and the rest of the head
     are separate tiles so cos and sin are computed for HALF dims a row, not all D (they are most of the
@@ -195,7 +198,8 @@ def rotary_kernel(x_ptr, pos_ptr, inv_freq_ptr, out_ptr, rows_ptr, INNER: tl.con
     sin = tl.sin(freq).to(x1.dtype).to(tl.float32)
     a = x1.to(tl.float32)
     tl.store(out_ptr + orows + h[None, :], (a * cos - x2 * sin).to(out_ptr.dtype.element_ty), mask=hmask)
-    tl.store(out_ptr + orows + HALF + h[None, :], (x2 * cos + a * sin).to(out_ptr.dtype.element_ty), mask=hmask)
+    tl.store(out_ptr + orows + HALF + h[None, :], (x2 * cos + a * sin).to(out_ptr.dtype.element_ty),
+             mask=hmask)
     if BLOCK_REST > 0:  # the dims past the rotated ones, copied
         d = 2 * HALF + tl.arange(0, BLOCK_REST)
         dmask = live & (d[None, :] < D)
@@ -338,8 +342,8 @@ def emit_rms_norm(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, eps:
     return _call(rms_norm_kernel, n, block_r,
                  {"x_ptr": (x, _ptr(x)), "w_ptr": (weight, _ptr(weight)), "out_ptr": (out, _ptr(out)),
                   "rows_ptr": _rows_ptr(rows, x), "eps": (eps, "fp32")},
-                 {"INNER": inner, "X_S0": xs0, "X_S1": xs1, "O_S0": os0, "O_S1": os1, "D": d, "BLOCK_D": block_d,
-                  "BLOCK_R": block_r})
+                 {"INNER": inner, "X_S0": xs0, "X_S1": xs1, "O_S0": os0, "O_S1": os1, "D": d,
+                  "BLOCK_D": block_d, "BLOCK_R": block_r})
 
 
 def emit_add_rms_norm(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor, total: torch.Tensor,
@@ -352,8 +356,8 @@ def emit_add_rms_norm(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor, to
                  {"x_ptr": (x, _ptr(x)), "y_ptr": (y, _ptr(y)), "w_ptr": (weight, _ptr(weight)),
                   "sum_ptr": (total, _ptr(total)), "out_ptr": (out, _ptr(out)),
                   "rows_ptr": _rows_ptr(rows, x), "eps": (eps, "fp32")},
-                 {"X_ST": x.stride(0), "Y_ST": y.stride(0), "S_ST": total.stride(0), "O_ST": out.stride(0), "D": d,
-                  "BLOCK_D": block_d, "BLOCK_R": block_r})
+                 {"X_ST": x.stride(0), "Y_ST": y.stride(0), "S_ST": total.stride(0), "O_ST": out.stride(0),
+                  "D": d, "BLOCK_D": block_d, "BLOCK_R": block_r})
 
 
 def emit_gated_rms_norm(x: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, out: torch.Tensor,
@@ -364,8 +368,8 @@ def emit_gated_rms_norm(x: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, 
     return _call(gated_rms_norm_kernel, n, block_r,
                  {"x_ptr": (x, _ptr(x)), "z_ptr": (z, _ptr(z)), "w_ptr": (weight, _ptr(weight)),
                   "out_ptr": (out, _ptr(out)), "rows_ptr": _rows_ptr(rows, x), "eps": (eps, "fp32")},
-                 {"INNER": inner, "X_S0": xs0, "X_S1": xs1, "Z_S0": zs0, "Z_S1": zs1, "O_S0": os0, "O_S1": os1,
-                  "D": d, "BLOCK_D": block_d, "BLOCK_R": block_r})
+                 {"INNER": inner, "X_S0": xs0, "X_S1": xs1, "Z_S0": zs0, "Z_S1": zs1, "O_S0": os0,
+                  "O_S1": os1, "D": d, "BLOCK_D": block_d, "BLOCK_R": block_r})
 
 
 def emit_rotary(x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor, out: torch.Tensor,
@@ -380,7 +384,8 @@ def emit_rotary(x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor
                   "rows_ptr": _rows_ptr(rows, x)},
                  {"INNER": inner, "X_S0": xs0, "X_S1": xs1, "O_S0": os0, "O_S1": os1, "D": d, "HALF": half,
                   "BLOCK_HALF": triton.next_power_of_2(half),
-                  "BLOCK_REST": triton.next_power_of_2(d - 2 * half) if d > 2 * half else 0, "BLOCK_R": block_r})
+                  "BLOCK_REST": triton.next_power_of_2(d - 2 * half) if d > 2 * half else 0,
+                  "BLOCK_R": block_r})
 
 
 def emit_binary(op: int, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor,
@@ -433,13 +438,15 @@ def emit_label_head(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Te
                     out: torch.Tensor) -> KernelCall:
     reads, h = hidden.shape
     lmax = labels.shape[1]
-    if out.shape != (reads, lmax) or out.dtype != torch.float32 or not (labels.is_contiguous() and out.is_contiguous()):
+    contiguous = labels.is_contiguous() and out.is_contiguous()
+    if out.shape != (reads, lmax) or out.dtype != torch.float32 or not contiguous:
         raise ValueError("label head: out is contiguous fp32 [reads, labels]")
     block_h = min(LABEL_BLOCK_H, triton.next_power_of_2(h))
-    args = {"h_ptr": (hidden, _ptr(hidden)), "w_ptr": (weight, _ptr(weight)), "labels_ptr": (labels, _ptr(labels)),
-            "nlabels_ptr": (nlabels, _ptr(nlabels)), "out_ptr": (out, _ptr(out))}
+    args = {"h_ptr": (hidden, _ptr(hidden)), "w_ptr": (weight, _ptr(weight)),
+            "labels_ptr": (labels, _ptr(labels)), "nlabels_ptr": (nlabels, _ptr(nlabels)),
+            "out_ptr": (out, _ptr(out))}
     consts = {"H_ST": hidden.stride(0), "W_ST": weight.stride(0), "L": lmax, "H": h, "BLOCK_L": LABEL_BLOCK,
               "BLOCK_H": block_h}
     sig = {name: ty for name, (_, ty) in args.items()} | {name: "constexpr" for name in consts}
-    return KernelCall(label_head_kernel, (reads, triton.cdiv(lmax, LABEL_BLOCK)), tuple(v for v, _ in args.values()),
-                      sig, consts)
+    return KernelCall(label_head_kernel, (reads, triton.cdiv(lmax, LABEL_BLOCK)),
+                      tuple(v for v, _ in args.values()), sig, consts)

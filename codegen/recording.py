@@ -128,8 +128,9 @@ def recording_from_json(d: Mapping[str, Any]) -> Recording:
         steps=tuple(Step(s["node"], s["op"], s["kernel"], tuple(s["grid"]),
                          tuple(Arg(**{**a, "shape": tuple(a["shape"]), "strides": tuple(a["strides"])})
                                for a in s["args"]), s["outputs"]) for s in d["steps"]),
-        kernels=tuple(KernelSpec(k["name"], tuple(map(tuple, k["signature"])), tuple(map(tuple, k["constexprs"])),
-                                 k["num_warps"], k["num_stages"]) for k in d["kernels"]),
+        kernels=tuple(KernelSpec(k["name"], tuple(map(tuple, k["signature"])),
+                                 tuple(map(tuple, k["constexprs"])), k["num_warps"], k["num_stages"])
+                      for k in d["kernels"]),
         constants=tuple((n, tuple(v)) for n, v in d["constants"]),
         output=d["output"],
     )
@@ -293,7 +294,7 @@ def _gdn_calls(ctx: EmitContext, out: torch.Tensor, q: torch.Tensor, k: torch.Te
     shapes = gdn.ChunkWork.shapes(chunks, spec.num_v_heads, spec.key_dim, spec.value_dim, spec.split)
     dtypes = gdn.ChunkWork.dtypes(spec.split)
     work = gdn.ChunkWork(*(ctx.scratch(f"gdn_chunk_{part.removesuffix('_ptr')}", shape, dtype)
-                           for part, shape, dtype in zip(gdn.ChunkWork.PARTS, shapes, dtypes)))
+                           for part, shape, dtype in zip(gdn.ChunkWork.PARTS, shapes, dtypes, strict=True)))
     if not fused:  # the unfused prep never reads a_log_ptr / dt_bias_ptr: g fills their (typed) slots
         a_log = dt_bias = g
     return [KernelCall(c.kernel, c.grid, c.args, c.signature, c.constexprs, c.num_warps, c.num_stages)
@@ -346,10 +347,11 @@ register_emitter("label_head", lambda ctx, out, h, w, lab, n: [pointwise.emit_la
                  (pointwise.label_head_kernel,))  # one program per read and label block: no rows pointer
 
 
-# ---- shapes: the graph on meta tensors ----------------------------------------------------------------------
+# ---- shapes: the graph on meta tensors ---------------------------------------------------------------------
 
 
-def _like(x: torch.Tensor, dtype: torch.dtype | None = None, shape: tuple[int, ...] | None = None) -> torch.Tensor:
+def _like(x: torch.Tensor, dtype: torch.dtype | None = None, shape: tuple[int, ...] | None = None
+          ) -> torch.Tensor:
     return torch.empty(x.shape if shape is None else shape, dtype=dtype or x.dtype, device="meta")
 
 
@@ -444,7 +446,7 @@ def _plan(gm, bucket, env, runner, ctx, inputs, calls, output) -> Recording:
 
     for name, t in inputs.items():
         add(name, t, "meta", name)
-    for name, (shape, dtype, fill) in ctx.derived.items():
+    for name, (_shape, _dtype, fill) in ctx.derived.items():
         add(name, ctx.tensors[name], "meta", fill)
     for name, t in ctx.scratches.items():
         add(name, t, "activation")
@@ -469,9 +471,11 @@ def _plan(gm, bucket, env, runner, ctx, inputs, calls, output) -> Recording:
     steps, kernels = [], {}
     for node, name, kcalls in calls:
         if kcalls is None:
-            operands = [a for a in torch.fx.node.map_arg(node.args, lambda n: env[n]) if isinstance(a, torch.Tensor)]
+            operands = [a for a in torch.fx.node.map_arg(node.args, lambda n: env[n])
+                        if isinstance(a, torch.Tensor)]
             outs = env[node] if isinstance(env[node], tuple) else (env[node],)
-            steps.append(Step(node.name, name, args=tuple(arg(t) for t in (*operands, *outs)), outputs=len(outs)))
+            steps.append(Step(node.name, name, args=tuple(arg(t) for t in (*operands, *outs)),
+                              outputs=len(outs)))
             continue
         for c in kcalls:
             spec = KernelSpec(c.name, tuple(c.signature.items()), tuple(c.constexprs.items()), c.num_warps,
@@ -481,8 +485,8 @@ def _plan(gm, bucket, env, runner, ctx, inputs, calls, output) -> Recording:
     out_name = roots[id(output)]
     arena = _allocate(buffers, steps, out_name)
     constants = tuple((n, tuple(runner.constants[n].flatten().tolist())) for n in sorted(runner.constants))
-    return Recording(bucket, tuple(arena[0]), arena[1], tuple(steps), tuple(kernels[k] for k in sorted(kernels)),
-                     constants, out_name)
+    return Recording(bucket, tuple(arena[0]), arena[1], tuple(steps),
+                     tuple(kernels[k] for k in sorted(kernels)), constants, out_name)
 
 
 def _allocate(buffers: dict[str, Buffer], steps: list[Step], output: str) -> tuple[list[Buffer], int]:
@@ -508,7 +512,8 @@ def _allocate(buffers: dict[str, Buffer], steps: list[Step], output: str) -> tup
         lo, hi = (0, end) if b.region == "meta" or name == output else (first[name], last[name])
         size = -(-b.nbytes // ALIGN) * ALIGN
         offset = 0
-        while clash := [o + sz for o, sz, f, la in live if f <= hi and lo <= la and offset < o + sz and o < offset + size]:
+        while clash := [o + sz for o, sz, f, la in live
+                        if f <= hi and lo <= la and offset < o + sz and o < offset + size]:
             offset = max(clash)
         live.append((offset, size, lo, hi))
         top = max(top, offset + size)
@@ -556,7 +561,8 @@ def play(rec: Recording, tokens: torch.Tensor, meta: StreamMeta, weights: Mappin
             raise RuntimeError(f"step {step.node}: {step.op} has no kernel")
         spec = kernels[step.kernel]
         args = [tensor(a) if a.buffer else a.value for a in step.args]
-        pointwise.eager.launch(JIT_KERNELS[spec.name], step.grid, *args, device=device, **dict(spec.constexprs))
+        pointwise.eager.launch(JIT_KERNELS[spec.name], step.grid, *args, device=device,
+                               **dict(spec.constexprs))
     b = by_name[rec.output]
     return storage(rec.output).view(b.shape).clone()
 
