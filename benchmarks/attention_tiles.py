@@ -90,7 +90,8 @@ def measure(name: str, nodes, table, stream) -> dict:
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
-    return forest_sweep(argv, __file__, __doc__, "AttentionTiles fields for head dim 256, `;` between variants", "8,2,256",
+    return forest_sweep(argv, __file__, __doc__,
+                        "AttentionTiles fields for head dim 256, `;` between variants", "8,2,256",
                         "query heads, kv heads, head dim (0.8B: 8,2,256)", measure_variant)
 
 

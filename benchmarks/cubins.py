@@ -42,8 +42,9 @@ def read_cubin(cubin: bytes) -> Cubin:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "kernel.cubin"
         path.write_bytes(cubin)
-        usage, sass = (subprocess.run([str(tool), flag, str(path)], capture_output=True, text=True, check=True)
-                       .stdout for flag in ("-res-usage", "-sass"))
+        usage, sass = (subprocess.run([str(tool), flag, str(path)], capture_output=True, text=True,
+                                      check=True).stdout
+                       for flag in ("-res-usage", "-sass"))
     field = {f: int(re.search(rf"{f}:(\d+)", usage)[1]) for f in ("REG", "STACK")}
     insts = tuple((int(a, 16), text) for a, text in _INST.findall(sass))
     return Cubin(field["REG"], field["STACK"], sass, insts)

@@ -8,8 +8,8 @@ codegen/aot.compile_kernel, and prints per kernel cuobjdump's REG and STACK (byt
 thread: spills), shared memory and the SASS instruction count; for a kernel with a loop (the state walk: one
 iteration per chunk) also the loop body's instructions, from a backward branch's target to the branch, and
 its HGMMA, WARPGROUP.ARRIVE and BAR.SYNC among them; the output kernel also with the layer's gated RMS
-norm fused (z a [T, Hv * Dv] projection, passes/fuse_gdn_norm.py). --state-warps / --state-stages override the walk's
-TILES entry.
+norm fused (z a [T, Hv * Dv] projection, passes/fuse_gdn_norm.py). --state-warps / --state-stages override the
+walk's TILES entry.
 """
 
 from __future__ import annotations
@@ -53,9 +53,11 @@ def main(argv: list[str] | None = None) -> None:
                                    t.prep_warps, 1),
                "gdn_state_kernel": (gdn.gdn_state_kernel, spec.state_signature(), spec.state_constexprs(),
                                     args.state_warps or t.state_warps, args.state_stages or t.state_stages),
-               "gdn_out_kernel": (gdn.gdn_out_kernel, spec.out_signature(), spec.out_constexprs(), t.out_warps, 1)}
+               "gdn_out_kernel": (gdn.gdn_out_kernel, spec.out_signature(), spec.out_constexprs(),
+                                  t.out_warps, 1)}
     normed = dataclasses.replace(spec, norm=gdn.GdnNorm(torch.bfloat16, torch.bfloat16, (hv * d, d)))
-    kernels["  with norm"] = (gdn.gdn_out_kernel, normed.out_signature(), normed.out_constexprs(), t.out_warps, 1)
+    kernels["  with norm"] = (gdn.gdn_out_kernel, normed.out_signature(), normed.out_constexprs(),
+                              t.out_warps, 1)
     print(f"heads {hk},{hv},{d} fused={args.fused}: {t}")
     for name, (fn, sig, consts, warps, stages) in kernels.items():
         k = aot.compile_kernel(fn, sig, consts, target="sm_90", num_warps=warps, num_stages=stages)

@@ -43,7 +43,8 @@ def forest_inputs(name: str, seed: int = 0):
     table = {"q": torch.randn(next_id, HK, D, generator=gen).bfloat16(),
              "k": torch.randn(next_id, HK, D, generator=gen).bfloat16(),
              "v": torch.randn(next_id, HV, D, generator=gen).bfloat16(),
-             "g": -0.3 * torch.rand(next_id, HV, generator=gen), "beta": torch.rand(next_id, HV, generator=gen)}
+             "g": -0.3 * torch.rand(next_id, HV, generator=gen),
+             "beta": torch.rand(next_id, HV, generator=gen)}
     return nodes, table, stream
 
 
@@ -110,8 +111,8 @@ def measure(name: str, nodes, table, stream) -> dict:
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
-    return forest_sweep(argv, __file__, __doc__, "GdnTiles fields for Dv 128, `;` between variants", "16,16,128",
-                        "key heads, value heads, head dim (0.8B: 16,16,128)", measure_variant)
+    return forest_sweep(argv, __file__, __doc__, "GdnTiles fields for Dv 128, `;` between variants",
+                        "16,16,128", "key heads, value heads, head dim (0.8B: 16,16,128)", measure_variant)
 
 
 def measure_variant(variant: str, forests: list[str], heads: tuple[int, int, int]) -> list[dict]:

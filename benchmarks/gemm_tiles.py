@@ -56,7 +56,7 @@ def _torch_linear(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor | None = N
 
 
 def _torch_group(x: torch.Tensor, ws: tuple, outs: tuple | None = None) -> tuple:
-    return tuple(_torch_linear(x, w, o) for w, o in zip(ws, outs or (None,) * len(ws)))
+    return tuple(_torch_linear(x, w, o) for w, o in zip(ws, outs or (None,) * len(ws), strict=True))
 
 
 def measure(name: str, rows: int) -> dict:
@@ -68,7 +68,8 @@ def measure(name: str, rows: int) -> dict:
 
     gen = torch.Generator().manual_seed(0)
     shapes = sorted(set(PASS))
-    xs = {k: (torch.randn(rows, k, generator=gen) * 0.5).bfloat16().to(DEVICE) for k in {k for _, k in shapes}}
+    xs = {k: (torch.randn(rows, k, generator=gen) * 0.5).bfloat16().to(DEVICE)
+          for k in {k for _, k in shapes}}
     ws = {s: (torch.randn(*s, generator=gen) * s[1] ** -0.5).bfloat16().to(DEVICE) for s in shapes}
     outs = {s: torch.empty(rows, s[0], dtype=torch.bfloat16, device=DEVICE) for s in shapes}
     atol, rtol = TOLERANCE[torch.bfloat16]
@@ -84,7 +85,7 @@ def measure(name: str, rows: int) -> dict:
     groups = [(xs[g[0][1]], tuple(ws[s] for s in g), tuple(outs[s] for s in g)) for g in GROUPED]
     # a group's members are distinct shapes, so their outputs are fresh tensors: compare with `outs`
     grouped_equal = all(torch.equal(y, outs[s]) for g in sorted(set(map(tuple, GROUPED))) if len(g) > 1
-                        for s, y in zip(g, linear_group(xs[g[0][1]], tuple(ws[s] for s in g))))
+                        for s, y in zip(g, linear_group(xs[g[0][1]], tuple(ws[s] for s in g)), strict=True))
     ms = tflops = grouped_ms = narrow_ms = None
     if DEVICE == "cuda":
         ms = time_graph(lambda: [linear(xs[k], ws[(n, k)], outs[(n, k)]) for n, k in PASS])
@@ -113,7 +114,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
             print(f"{r['variant']:>40} rows {r['rows']:>6}: {r['ms']} ms (narrow {r['narrow_ms']} ms, "
                   f"grouped {r['grouped_ms']} ms, "
                   f"members {'equal' if r['grouped_equal'] else 'NOT equal'}), "
-                  f"{'same bits as' if r['bits'] == default.get(r['rows']) else 'other bits than'} the default")
+                  f"{'same bits as' if r['bits'] == default.get(r['rows']) else 'other bits than'} "
+                  "the default")
     return report
 
 
@@ -122,7 +124,8 @@ def measure_variant(variant: str, rows: list[int]) -> list[dict]:
 
     if variant and variant != TORCH:  # one tile choice for every size: the largest rung's with the variant's
         largest = gemm.TILES[torch.bfloat16][-1][-1]
-        gemm.TILES[torch.bfloat16] = ((gemm.ANY, gemm.ANY, dataclasses.replace(largest, **parse_variant(variant))),)
+        tiles = dataclasses.replace(largest, **parse_variant(variant))
+        gemm.TILES[torch.bfloat16] = ((gemm.ANY, gemm.ANY, tiles),)
     report = []
     for r in rows:
         row = measure(variant or "default", r)

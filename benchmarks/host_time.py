@@ -122,7 +122,8 @@ def measure(program, instance: dict, repeat: int) -> dict:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python benchmarks/host_time.py", description=__doc__.split("\n")[0])
     p.add_argument("--model", required=True, type=Path)
-    p.add_argument("--artifact", type=Path, default=None, help="a compiled systemone artifact (else compiled now)")
+    p.add_argument("--artifact", type=Path, default=None,
+                   help="a compiled systemone artifact (else compiled now)")
     p.add_argument("--workloads", default="independent,race,quality")
     p.add_argument("--repeat", type=int, default=50)
     p.add_argument("--out", type=Path, default=None)

@@ -84,7 +84,10 @@ def _plan(
     computed token: every instance, up to 3 runs, when that fits, else the longest prefix that fits once.
     A shape warm-up is one more pass of the same call, except over instance 0 alone (warm already)."""
     every = list(range(instances))
-    passes = lambda ids: 2 if shape_warmup and len(ids) > 1 else 1
+
+    def passes(ids: Sequence[int]) -> int:
+        return 2 if shape_warmup and len(ids) > 1 else 1
+
     if passes(every) * spt * cost(every) <= avail:
         return every, max(1, min(3, int(avail // max(spt * cost(every), 1e-9)) - passes(every) + 1))
     ids = [0]
@@ -121,7 +124,10 @@ def measure(
     start = time.perf_counter()
     end = start + cap_s
     cell = Cell(engine.name, work.name, computes=engine.computes)
-    cost = lambda ids: computed_tokens(engine, work, ids)
+
+    def cost(ids: Sequence[int]) -> int:
+        return computed_tokens(engine, work, ids)
+
     compiles = getattr(engine, "compiles_per_shape", False)
     if seconds_per_token is not None and seconds_per_token * cost([0]) > 1.5 * cap_s:
         cell.status = "skipped"
@@ -137,7 +143,10 @@ def measure(
     # A first call's compile or capture is the engine's start-up, not its speed: the cap counts from here
     # (the engine's share still pays for it, so the cells after this one get less).
     end = time.perf_counter() + cap_s
-    left = lambda: end - time.perf_counter()
+
+    def left() -> float:
+        return end - time.perf_counter()
+
     t_again, logits = _timed(engine, prepared, [0], True, device)  # the first may have compiled or autotuned
     t_warm = min(t_warm, t_again)
     spt = t_warm / max(cost([0]), 1)
@@ -168,7 +177,10 @@ def measure(
         cell.instances, cell.logits = ids, logits
 
         lat_ids = [] if cell.latency_error else cell.instances[:MAX_LATENCY_INSTANCES]
-        one = lambda i: spt * cost([i])
+
+        def one(i: int) -> float:
+            return spt * cost([i])
+
         warm = bool(lat_ids) and sum(one(i) for i in lat_ids) < 0.25 * left()
         if warm:  # shapes new here get compiled or captured before they are timed
             for i in lat_ids:

@@ -115,15 +115,18 @@ def kernel_table(engine, key: str, top: int = 14) -> tuple[list[dict], dict[str,
 
 
 def host_profile(fn, n: int = 20, top: int = 14) -> list[str]:
-    """cProfile of n calls of fn: the `top` functions by time spent in themselves, one line each (ms a call)."""
+    """cProfile of n calls of fn: the `top` functions by time spent in themselves, one line each (ms a
+    call)."""
     prof = cProfile.Profile()
     prof.enable()
     for _ in range(n):
         fn()
     prof.disable()
     stats = pstats.Stats(prof, stream=io.StringIO())
-    rows = sorted(stats.stats.items(), key=lambda kv: -kv[1][2])[:top]  # (file, line, name) -> (cc, nc, tt, ct)
-    return [f"{tt / n * 1e3:8.3f} ms own {ct / n * 1e3:8.3f} ms cum {nc // n:>6}x  {Path(f).name}:{line} {name}"
+    # stats: (file, line, name) -> (cc, nc, tt, ct)
+    rows = sorted(stats.stats.items(), key=lambda kv: -kv[1][2])[:top]
+    return [f"{tt / n * 1e3:8.3f} ms own {ct / n * 1e3:8.3f} ms cum {nc // n:>6}x  "
+            f"{Path(f).name}:{line} {name}"
             for (f, line, name), (_, nc, tt, ct, _) in rows]
 
 
@@ -135,7 +138,8 @@ def profile_instances(graphs, eager, insts: list[dict], host: bool = False) -> d
     t = graphs.tree()
     walker = _TemplateWalker(t.tree, t.program.template, graphs.fmt)
     # the stream label_logits binds: chains merged (a one-question instance is one segment)
-    bound = bound_from_plans(t.tree, graphs.fmt, insts, lambda inst: (merge_chains(walker.plan(inst)[0]), None))
+    bound = bound_from_plans(t.tree, graphs.fmt, insts,
+                             lambda inst: (merge_chains(walker.plan(inst)[0]), None))
     bucket = t.program.bucket_for(stream_sizes(bound.stream))
     key = f"{t.tree.name}/{bucket.name}"
     padded = _padded(bound.stream, bucket.rows)
@@ -169,16 +173,19 @@ def concurrent(graphs, tokenizer, spec: str) -> dict:
     out = graphs.label_logits(insts)
     torch.cuda.synchronize()
     seconds = time.perf_counter() - t0
-    return {"workload": name, "instances": len(insts), "answered": sum(isinstance(o, torch.Tensor) for o in out),
+    return {"workload": name, "instances": len(insts),
+            "answered": sum(isinstance(o, torch.Tensor) for o in out),
             "seconds": round(seconds, 3), "peak_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2),
             "reserved_gib": round(torch.cuda.max_memory_reserved() / 2**30, 2)}
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python benchmarks/profile_runtime.py", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python benchmarks/profile_runtime.py",
+                                description=__doc__.split("\n")[0])
     p.add_argument("--model", required=True, type=Path)
     p.add_argument("--workloads", default="independent,race,mixed,quality",
-                   help="comma-separated; NAME*N profiles the first N instances bound into one stream (offline)")
+                   help="comma-separated; NAME*N profiles the first N instances bound into one stream "
+                   "(offline)")
     p.add_argument("--concurrent", default=None, help="NAME*N: N instances of NAME in one label_logits call")
     p.add_argument("--host-profile", action="store_true", help="list label_logits' host functions (cProfile)")
     p.add_argument("--out", type=Path, default=None)
@@ -195,7 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     major, minor = torch.cuda.get_device_capability()
     artifact = Path(tempfile.mkdtemp(prefix="flidec-profile-")) / "systemone"
     t0 = time.perf_counter()
-    kernels = Path(tempfile.gettempdir()) / "flidec-bench" / "kernels"  # the harness's cache: it compiles less
+    # the harness's cache: it compiles less
+    kernels = Path(tempfile.gettempdir()) / "flidec-bench" / "kernels"
     compile_artifact(ROOT / "examples" / "systemone.flide", args.model, f"sm_{major}{minor}", artifact,
                      kernel_cache=kernels)
     report: dict = {"compile_s": round(time.perf_counter() - t0, 1)}

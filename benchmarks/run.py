@@ -155,8 +155,8 @@ def run_engine(
     """Build (ahead-of-time engines) and load one engine, close the previous one (after the load, so
     consecutive engines can share what they load, e.g. flide and flide-solo one flide Engine), answer a
     first request, then measure every workload within the engine's share: an equal part, among the
-    `engines_left`, of the time left once it has answered (a compile or a slow start is not a cell's time). Returns the engine
-    still open, or None when it failed to load."""
+    `engines_left`, of the time left once it has answered (a compile or a slow start is not a cell's time).
+    Returns the engine still open, or None when it failed to load."""
     info: dict = {"name": name}
     cells: list[Cell] = []
     engine = None

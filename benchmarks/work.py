@@ -39,7 +39,8 @@ class Work:
     reads: tuple[Read, ...]
     reads_of: tuple[tuple[int, ...], ...]  # per instance: its reads' indices, in read order
     bind_s: float
-    source: Workload  # the spec, tree and instance JSON the ids were bound from (engines that bind themselves)
+    # the spec, tree and instance JSON the ids were bound from (engines that bind themselves)
+    source: Workload
 
     @property
     def instances(self) -> int:
@@ -57,7 +58,7 @@ class Work:
             reads = [self.reads[r] for r in self.reads_of[i]]
             if computes == "tree":
                 forest = self.forests[i]
-                out += [(p, len(ids)) for p, (_, ids) in zip(segment_positions(forest), forest)]
+                out += [(p, len(ids)) for p, (_, ids) in zip(segment_positions(forest), forest, strict=True)]
             elif computes == "one-level":
                 out += [(0, reads[0].root)] if reads else []
                 out += [(r.root, len(r.path) - r.root) for r in reads]
@@ -118,6 +119,6 @@ def prepare_work(workload: Workload, tree: Tree, fmt: BindFormat) -> Work:
 def segment_positions(forest: Forest) -> list[int]:
     """Each segment's first logical position (its parent's end)."""
     pos0: list[int] = []
-    for parent, ids in forest:
+    for parent, _ids in forest:
         pos0.append(0 if parent < 0 else pos0[parent] + len(forest[parent][1]))
     return pos0

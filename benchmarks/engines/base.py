@@ -7,11 +7,11 @@ best); `offline=False` is one request at a time (the harness passes one instance
 is the synchronization point: a run is done when its logits are on the host. `computes` says which tokens
 the engine computes, for FLOPs: "tree" (every segment once), "one-level" (the state once, then each
 question's whole rest), or "solo" (every prompt whole). A failure is an exception; the harness turns it
-into an error row. EngineUnavailable says the engine cannot run here at all (not installed, no GPU). An engine that
-compiles ahead of time (flidec) has `build(model_dir, works, device)`, called before `load` is timed; its
-facts (compile seconds) are reported apart. An engine that compiles while it runs, for every new input
-shape (flide), sets `compiles_per_shape = True`: benchmarks/measure.py then runs each call it times once
-untimed first (the shape warm-up; measure.py says when a cell is marked `compiling` instead).
+into an error row. EngineUnavailable says the engine cannot run here at all (not installed, no GPU). An engine
+that compiles ahead of time (flidec) has `build(model_dir, works, device)`, called before `load` is timed; its
+facts (compile seconds) are reported apart. An engine that compiles while it runs, for every new input shape
+(flide), sets `compiles_per_shape = True`: benchmarks/measure.py then runs each call it times once untimed
+first (the shape warm-up; measure.py says when a cell is marked `compiling` instead).
 """
 
 from __future__ import annotations

@@ -107,7 +107,7 @@ class Flide:
                 hidden.append(self._hidden(out[b]))
                 order.append(r)
         logits: Logits = {}
-        for r, h in zip(order, hidden):
+        for r, h in zip(order, hidden, strict=True):
             logits[r] = label_logits(h, self.head[prepared["labels"][r]])
         return {r: v.cpu() for r, v in logits.items()}
 

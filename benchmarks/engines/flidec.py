@@ -63,7 +63,8 @@ class FlidecCompiled:
 
         for spec, artifact in self.artifacts.items():
             self.programs[spec] = load(artifact, device, dtype="bf16")
-        return {"dtype": "bf16", "artifacts": sorted(p.name for p in self.artifacts), "compile_s": self.compile_s}
+        return {"dtype": "bf16", "artifacts": sorted(p.name for p in self.artifacts),
+                "compile_s": self.compile_s}
 
     def prepare(self, work: Work) -> Work:
         if work.source.spec not in self.programs:
@@ -97,7 +98,8 @@ class FlidecCompiled:
         rows = 0
         for r in work.read_ids(instances):
             n = len(work.reads[r].path)
-            if not batches or len(batches[-1]) >= min(largest.reads, largest.segments) or rows + n > largest.rows:
+            if (not batches or len(batches[-1]) >= min(largest.reads, largest.segments)
+                    or rows + n > largest.rows):
                 batches.append([])
                 rows = 0
             batches[-1].append(r)
