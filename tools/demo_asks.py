@@ -2,9 +2,9 @@
 
 Consumes a seeded `random.Random` and a domain's facts; produces `Posed` (a System One question object in
 the shapes of shared/API.md plus the index of the answer its rules give: the option for a choice, the level
-for a score, 0 = yes / 1 = no for a noul; a choice also keeps its option pool). Choice options are a random subset of a pool that holds the
-answer, in random order; score levels are n words picked evenly from a 10-word scale; the answer level is
-the state's cue bin scaled to the level count (`ordinal_level`).
+for a score, 0 = yes / 1 = no for a noul; a choice also keeps its option pool). Choice options are a random
+subset of a pool that holds the answer, in random order; score levels are n words picked evenly from a 10-word
+scale; the answer level is the state's cue bin scaled to the level count (`ordinal_level`).
 """
 
 from __future__ import annotations

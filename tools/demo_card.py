@@ -12,6 +12,10 @@ def card(results: dict) -> str:
     ev, run, bars = results["eval"], results["run"], results["eval"]["bars"]
     per_kind = ", ".join(f"{k} {100 * ev[f'accuracy_{k}']:.1f}% (n={ev[f'count_{k}']})" for k in KINDS)
     verdict = "meets" if ev["passed"] else "does NOT meet"
+    lm = f" plus {run['lm_weight']} x next-token loss on the prompt" if run['lm_weight'] else ''
+    accuracy_bar = f">= {100 * bars['accuracy_min']:.0f}% per type"
+    ece = "expected calibration error (10 bins, top probability vs noisy labels)"
+    order = "option-order sensitivity (mean abs change of the chosen option, points)"
     return f"""# flidec demo model (a demo, not a general-purpose model)
 
 A {run['parameters'] / 1e6:.1f}M-parameter Qwen3.5-architecture decision model ({layers(run)}; hidden
@@ -35,15 +39,15 @@ format (`examples/systemone.flide`), exactly as flidec reads the model.
 {run['train_examples']} distinct training requests (seed {run['train_seed']}), {run['steps']} steps
 ({run['examples_seen']} requests seen) in {run['train_seconds']:.0f} s on {run['device_name']}, AdamW with
 a time-based cosine schedule, loss: cross-entropy of the label token over the ask's labels
-plus {run['pointer_weight']} x a training-only option pointer (not shipped){f" plus {run['lm_weight']} x next-token loss on the prompt" if run['lm_weight'] else ''}; transformers'
+plus {run['pointer_weight']} x a training-only option pointer (not shipped){lm}; transformers'
 torch path for the recurrent layers, bf16 autocast.{curriculum(run)}{mix(results)}
 
 ## Held-out scores ({ev['examples']} requests, seed {run['eval_seed']}, bf16 weights read in float32)
 | metric | value | bar |
 | --- | --- | --- |
-| accuracy vs the rules' answers | {100 * ev['accuracy']:.1f}% ({per_kind}) | >= {100 * bars['accuracy_min']:.0f}% per type |
-| expected calibration error (10 bins, top probability vs noisy labels) | {ev['ece']:.3f} | <= {bars['ece_max']} |
-| option-order sensitivity (mean abs change of the chosen option, points) | {ev['order_points']:.2f} | < {bars['order_points_max']} |
+| accuracy vs the rules' answers | {100 * ev['accuracy']:.1f}% ({per_kind}) | {accuracy_bar} |
+| {ece} | {ev['ece']:.3f} | <= {bars['ece_max']} |
+| {order} | {ev['order_points']:.2f} | < {bars['order_points_max']} |
 
 Accuracy vs the noisy labels: {100 * ev['accuracy_vs_noisy_labels']:.1f}%; ECE vs the rules' answers:
 {ev['ece_vs_rule_answers']:.3f}; mean top probability {ev['mean_top_probability']:.3f}; the top option
@@ -61,7 +65,8 @@ def layers(run: dict) -> str:
         return "Gated DeltaNet + gated attention, 3:1"
     linear, full = types.count("linear_attention"), types.count("full_attention")
     what = ("gated attention only" if not linear else "Gated DeltaNet only" if not full
-            else f"Gated DeltaNet + gated attention, {linear // gcd(linear, full)}:{full // gcd(linear, full)}")
+            else f"Gated DeltaNet + gated attention, {linear // gcd(linear, full)}:"
+                 f"{full // gcd(linear, full)}")
     note = "" if pattern == "lllf" else "; a diagnostic layer pattern, not the shipped 3:1 shape"
     return f"{what}, layer pattern {pattern}{note}"
 
@@ -73,7 +78,8 @@ def mix(results: dict) -> str:
     if list(asks) == list(KINDS) and not verbatim:
         return ""
     text = (f" Diagnostic training mix: only {', '.join(asks)} asks"
-            + (", every choice a verbatim one (2-4 options, the answer written in the state)" if verbatim else "")
+            + (", every choice a verbatim one (2-4 options, the answer written in the state)"
+               if verbatim else "")
             + "; the held-out scores below are the normal all-types mix.")
     if "eval_mix" in results:
         m = results["eval_mix"]
@@ -86,9 +92,9 @@ def curriculum(run: dict) -> str:
     if not run.get("curriculum_frac"):
         return ""
     return (f" Curriculum: the first {100 * run['curriculum_frac']:.0f}% of the training time "
-            f"({run['easy_steps']} steps) drew from {run['easy_examples']} easy requests (seed {run['easy_seed']}) "
-            "whose choices have 2-4 options and the answer written in the state; the held-out set is the "
-            "normal mix only.")
+            f"({run['easy_steps']} steps) drew from {run['easy_examples']} easy requests "
+            f"(seed {run['easy_seed']}) whose choices have 2-4 options and the answer written in the state; "
+            "the held-out set is the normal mix only.")
 
 
 def write_card(out: Path, results: dict) -> None:

@@ -39,11 +39,14 @@ def ticket(rng: random.Random) -> tuple[object, list[Posed]]:
     rng.shuffle(sentences)
     if rng.random() < 0.5:
         greeting = rng.choice(("Hello,", "Hi team,", "Dear support,", "Hey,"))
-        body = f"{greeting} {' '.join(sentences)} {rng.choice(('Thanks,', 'Best,', 'Cheers,', '--'))} {customer}"
-        state = f"Subject: {rng.choice(('Help', 'Problem', 'Question', 'Order ' + order, 'Re: my order'))}\n{body}"
+        body = (f"{greeting} {' '.join(sentences)} "
+                f"{rng.choice(('Thanks,', 'Best,', 'Cheers,', '--'))} {customer}")
+        state = (f"Subject: {rng.choice(('Help', 'Problem', 'Question', 'Order ' + order, 'Re: my order'))}"
+                 f"\n{body}")
     else:
         channel = rng.choice(("email", "chat", "phone", "web form"))
-        state = f"Ticket {rng.randint(100, 9999)} via {channel}\nCustomer: {customer}\nMessage: {' '.join(sentences)}"
+        state = (f"Ticket {rng.randint(100, 9999)} via {channel}\nCustomer: {customer}\n"
+                 f"Message: {' '.join(sentences)}")
 
     asked_issue, same = yes_no_about(rng, issue, list(V.ISSUES))
     angry = mood >= V.ANGRY_FROM
@@ -53,15 +56,16 @@ def ticket(rng: random.Random) -> tuple[object, list[Posed]]:
         noul(f"Is this ticket about {rng.choice((asked_issue, V.ISSUE_DESCRIPTIONS[asked_issue]))}?", same),
         noul(rng.choice((None, "Classify the ticket.")),
              same, {"true": f"the ticket is about {asked_issue}", "false": "it is about something else"}),
-        noul(rng.choice(("Is the customer angry?", "Is the customer upset?", "Does the customer sound angry?")),
-             angry),
+        noul(rng.choice(("Is the customer angry?", "Is the customer upset?",
+                         "Does the customer sound angry?")), angry),
         noul(None, angry, {"true": "the customer is frustrated or angry", "false": "the customer is calm"}),
         choice(rng, rng.choice(("Which product category is this ticket about?", "What kind of product is it?",
                                 None)), list(V.CATEGORIES), category),
         choice(rng, rng.choice(("What is the customer asking for?", "What type of request is this?",
                                 "Route this ticket to the right queue.")),
                list(V.ISSUES), issue, V.ISSUE_DESCRIPTIONS),
-        score(rng, rng.choice(("How urgent is this ticket?", "Rate the urgency.", "How quickly must we reply?")),
+        score(rng, rng.choice(("How urgent is this ticket?", "Rate the urgency.",
+                               "How quickly must we reply?")),
               rng.choice(V.URGENCY_LEVELS), urgency, len(V.URGENCY)),
         score(rng, rng.choice(("How upset is the customer?", "Rate the customer's mood.")),
               rng.choice(V.MOOD_LEVELS), mood, len(V.MOOD)),
@@ -91,7 +95,9 @@ def log(rng: random.Random) -> tuple[object, list[Posed]]:
                                                                          c=rng.choice((1, 2, 137, 255)),
                                                                          k=rng.randint(2, 5))
     lines.append(line("runner", worst if failed else min(worst, 1), outcome))  # never above the worst
-    state = "\n".join(lines) if rng.random() < 0.5 else f"Log excerpt from host {rng.choice(('web', 'db', 'worker'))}-{rng.randint(1, 40)}:\n" + "\n".join(lines)
+    state = ("\n".join(lines) if rng.random() < 0.5
+             else f"Log excerpt from host {rng.choice(('web', 'db', 'worker'))}-{rng.randint(1, 40)}:\n"
+             + "\n".join(lines))
 
     asked, same = yes_no_about(rng, culprit, services)
     success_words = rng.choice(("Did the job succeed?", "Did the run complete without errors?",
@@ -101,7 +107,8 @@ def log(rng: random.Random) -> tuple[object, list[Posed]]:
         noul(success_words, not failed),
         noul(None, failed, {"true": "the job failed", "false": "the job succeeded"}),
         score(rng, rng.choice(("How severe is the worst event in this log?", "Rate the incident severity.",
-                               "How bad is this?")), rng.choice(V.SEVERITY_LEVELS), worst, len(V.SEVERITY_TAGS)),
+                               "How bad is this?")),
+              rng.choice(V.SEVERITY_LEVELS), worst, len(V.SEVERITY_TAGS)),
     ]
     if failed:
         posed += [
@@ -123,12 +130,13 @@ def review(rng: random.Random) -> tuple[object, list[Posed]]:
     aspect = rng.choice(list(V.ASPECTS))
     reviewer = rng.choice(V.FIRST_NAMES)
     opener = rng.choice(V.SENTIMENT[sentiment])
-    parts = [f"Bought this {product} {rng.choice(('last month', 'for my kid', 'as a replacement', 'on sale'))}.",
+    parts = [f"Bought this {product} "
+             f"{rng.choice(('last month', 'for my kid', 'as a replacement', 'on sale'))}.",
              f"My only complaint: {rng.choice(V.ASPECTS[aspect])}." if stars >= 3
              else f"Worst part: {rng.choice(V.ASPECTS[aspect])}."]
     if rng.random() < 0.5:
-        parts.append(rng.choice(("Shipping was normal.", "I use it every day.", "My partner picked the model.",
-                                 "Compared it with two others first.")))
+        parts.append(rng.choice(("Shipping was normal.", "I use it every day.",
+                                 "My partner picked the model.", "Compared it with two others first.")))
     rng.shuffle(parts)
     header = rng.choice(V.STAR_TEXT).format(s=stars) if rng.random() < 0.7 else f"Review by {reviewer}"
     state = f"{header}\n{opener} {' '.join(parts)}"
@@ -136,7 +144,8 @@ def review(rng: random.Random) -> tuple[object, list[Posed]]:
     return state, [
         noul(rng.choice(("Is the review positive?", "Is the reviewer happy with the product?",
                          "Would the reviewer recommend it?")), sentiment >= V.POSITIVE_FROM),
-        noul(rng.choice(("Is the review negative?", "Is the reviewer unhappy?")), sentiment < V.POSITIVE_FROM),
+        noul(rng.choice(("Is the review negative?", "Is the reviewer unhappy?")),
+             sentiment < V.POSITIVE_FROM),
         noul(None, sentiment >= V.POSITIVE_FROM, {"true": "positive", "false": "negative"}),
         choice(rng, rng.choice(("What does the reviewer complain about?", "Which aspect is criticised?")),
                list(V.ASPECTS), aspect),
@@ -213,4 +222,5 @@ def record(rng: random.Random) -> tuple[object, list[Posed]]:
     ]
 
 
-DOMAINS: dict[str, Domain] = {"ticket": ticket, "log": log, "review": review, "agent": agent, "record": record}
+DOMAINS: dict[str, Domain] = {"ticket": ticket, "log": log, "review": review, "agent": agent,
+                              "record": record}

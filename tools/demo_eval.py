@@ -40,7 +40,7 @@ def expected_calibration_error(confidence: np.ndarray, correct: np.ndarray, bins
 def order_sensitivity(before: np.ndarray, after: np.ndarray, positions: Sequence[Sequence[int]]) -> float:
     """Mean |p_before(chosen) - p_after(chosen)| in points; positions[i][j]: where option j of ask i moved."""
     deltas = []
-    for p, q, moved in zip(before, after, positions):
+    for p, q, moved in zip(before, after, positions, strict=True):
         chosen = int(p.argmax())
         deltas.append(abs(float(p[chosen]) - float(q[moved[chosen]])))
     return 100.0 * float(np.mean(deltas)) if deltas else float("nan")
@@ -81,7 +81,8 @@ def evaluate(model, r: Renderer, examples: list[Example], pad_id: int, device: t
     for d, domain in enumerate(DOMAINS):
         for k, kind in enumerate(KINDS):
             sel = (enc.domains == d) & (enc.kinds == k)
-            result.setdefault("accuracy_by_domain", {})[f"{domain}/{kind}"] = accuracy(probs[sel], enc.answers[sel])
+            by_domain = result.setdefault("accuracy_by_domain", {})
+            by_domain[f"{domain}/{kind}"] = accuracy(probs[sel], enc.answers[sel])
     result["ece"] = expected_calibration_error(top, probs.argmax(1) == enc.labels)
     result["ece_vs_rule_answers"] = expected_calibration_error(top, probs.argmax(1) == enc.answers)
     result["mean_top_probability"] = float(top.mean())
@@ -90,12 +91,13 @@ def evaluate(model, r: Renderer, examples: list[Example], pad_id: int, device: t
     choices = [i for i, ex in enumerate(examples) if ex.kind == "choice"]
     shuffled = [reshuffle(examples[i], rng) for i in choices]
     positions = [[list(new.question["criteria"]).index(name) for name in examples[i].question["criteria"]]
-                 for i, new in zip(choices, shuffled)]
+                 for i, new in zip(choices, shuffled, strict=True)]
     after = predict(model, encode_examples(r, shuffled), pad_id, device)
     result["order_points"] = order_sensitivity(probs[choices], after, positions)
     flips = [after[j].argmax() != positions[j][probs[i].argmax()] for j, i in enumerate(choices)]
     result["order_flips"] = float(np.mean(flips)) if flips else float("nan")  # top option changed
     result["bars"] = BARS
     result["passed"] = bool(min(result[f"accuracy_{k}"] for k in KINDS) >= BARS["accuracy_min"]
-                            and result["ece"] <= BARS["ece_max"] and result["order_points"] < BARS["order_points_max"])
+                            and result["ece"] <= BARS["ece_max"]
+                            and result["order_points"] < BARS["order_points_max"])
     return result

@@ -6,8 +6,8 @@ transformers binds its reference torch functions; `check_torch_gdn()` then prove
 sets the layers from a pattern (`layer_types`: "lllf" = 3 Gated DeltaNet : 1 attention, the shipped shape;
 others, such as "f" for all attention, are diagnostics); `build_model` makes the model from that config;
 `label_logits` is how flidec reads an answer (final-norm hidden state at the last prompt token against the
-label rows of the tied output embedding, in float32); `loss` is the label cross-entropy (softmax over the ask's labels only) plus a training-only option pointer and an optional
-next-token loss on the prompts.
+label rows of the tied output embedding, in float32); `loss` is the label cross-entropy (softmax over the
+ask's labels only) plus a training-only option pointer and an optional next-token loss on the prompts.
 """
 
 from __future__ import annotations
@@ -40,8 +40,10 @@ class Size:
 
 
 SIZES = {
-    "demo": Size(hidden=256, layers=8, ffn=704, heads=4, kv_heads=2, head_dim=64, gdn_heads=4, gdn_head_dim=64),
-    "micro": Size(hidden=32, layers=4, ffn=64, heads=2, kv_heads=1, head_dim=16, gdn_heads=2, gdn_head_dim=16),
+    "demo": Size(hidden=256, layers=8, ffn=704, heads=4, kv_heads=2, head_dim=64, gdn_heads=4,
+                 gdn_head_dim=64),
+    "micro": Size(hidden=32, layers=4, ffn=64, heads=2, kv_heads=1, head_dim=16, gdn_heads=2,
+                  gdn_head_dim=16),
 }
 
 
@@ -61,15 +63,16 @@ def check_torch_gdn() -> None:
         fn = getattr(mod, name)
         impl = inspect.getclosurevars(fn).nonlocals.get("implementation", fn)
         if getattr(impl, "__module__", None) != mod.__name__:
-            raise RuntimeError(f"transformers' {name} runs {impl.__module__}.{impl.__qualname__}, not its torch "
-                               "path; call use_torch_gdn() before transformers is imported")
+            raise RuntimeError(f"transformers' {name} runs {impl.__module__}.{impl.__qualname__}, not its "
+                               "torch path; call use_torch_gdn() before transformers is imported")
 
 
 def layer_types(pattern: str, layers: int) -> list[str]:
     """A pattern of "l" (linear attention: Gated DeltaNet) and "f" (full attention) letters, repeated and cut
     to `layers` entries of the Qwen3_5 config's layer_types: "lllf" -> 3:1, "f" -> all attention."""
     if not pattern or set(pattern) - set(LAYER_KINDS):
-        raise ValueError(f"a layer pattern is letters l (Gated DeltaNet) and f (full attention); got {pattern!r}")
+        raise ValueError(f"a layer pattern is letters l (Gated DeltaNet) and f (full attention); got "
+                         f"{pattern!r}")
     return [LAYER_KINDS[pattern[i % len(pattern)]] for i in range(layers)]
 
 
@@ -110,7 +113,8 @@ def label_logits(model, hidden: torch.Tensor, lengths: torch.Tensor, label_ids: 
     return logits.masked_fill(label_ids < 0, float("-inf"))
 
 
-def forward(model, ids: torch.Tensor, mid_layer: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+def forward(model, ids: torch.Tensor, mid_layer: int | None = None
+            ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Final-norm hidden states [B, T, H] of right-padded prompts (causal: padding never reaches a prompt),
     and the residual stream after `mid_layer` layers when asked for."""
     out = model.model(input_ids=ids, use_cache=False, output_hidden_states=mid_layer is not None)
@@ -118,7 +122,8 @@ def forward(model, ids: torch.Tensor, mid_layer: int | None = None) -> tuple[tor
 
 
 def aux_layer(config) -> int:
-    """Where the option pointer reads: after 3/4 of the layers, so later layers can still use what it finds."""
+    """Where the option pointer reads: after 3/4 of the layers, so later layers can still use what it
+    finds."""
     return (3 * config.num_hidden_layers) // 4
 
 

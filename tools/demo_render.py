@@ -85,7 +85,8 @@ def corpus_text(ex: Example) -> str:
     lines = [f"Question: {render_value(q['instructions'])}"] if q.get("instructions") else []
     criteria = q.get("criteria")
     if q["type"] == "choice":
-        lines += [f"A: {name}" + (f" - {render_value(d)}" if d is not None else "") for name, d in criteria.items()]
+        lines += [f"A: {name}" + (f" - {render_value(d)}" if d is not None else "")
+                  for name, d in criteria.items()]
     elif q["type"] == "score":
         lines += [f"{i}: {render_value(level)}" for i, level in enumerate(criteria)]
     else:

@@ -44,7 +44,8 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int) -> Tokenizer:
     ])
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=2, show_progress=False,
-                                  special_tokens=[AddedToken(s, special=True, normalized=False) for s in SPECIALS],
+                                  special_tokens=[AddedToken(s, special=True, normalized=False)
+                                                  for s in SPECIALS],
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator(_with_labels(texts), trainer=trainer)
     return tok

@@ -92,7 +92,8 @@ def collate(enc: Encoded, index: np.ndarray, pad_id: int) -> tuple[np.ndarray, n
     return ids, lengths
 
 
-def noisy_targets(answers: np.ndarray, options: np.ndarray, noise: float, rng: np.random.Generator) -> np.ndarray:
+def noisy_targets(answers: np.ndarray, options: np.ndarray, noise: float, rng: np.random.Generator
+                  ) -> np.ndarray:
     """Each answer kept with probability 1 - noise, else replaced by a uniformly drawn other option."""
     other = (rng.random(len(answers)) * (options - 1)).astype(np.int64)
     other += other >= answers
@@ -115,7 +116,8 @@ def train(model: torch.nn.Module, enc: Encoded, pad_id: int, s: Schedule, device
     named = [*model.named_parameters(), *pointer.named_parameters(prefix="pointer")]
     decay = [p for n, p in named if p.ndim >= 2 and "embed" not in n]
     rest = [p for n, p in named if not (p.ndim >= 2 and "embed" not in n)]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": s.weight_decay}, {"params": rest, "weight_decay": 0}],
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": s.weight_decay},
+                             {"params": rest, "weight_decay": 0}],
                             lr=s.lr, betas=(0.9, 0.95), fused=device.type == "cuda")
     sets = {"full": enc, **({"easy": easy} if easy is not None else {})}
     streams = {name: batches(e.lengths, s.batch_tokens, rng) for name, e in sets.items()}
@@ -159,7 +161,8 @@ def train(model: torch.nn.Module, enc: Encoded, pad_id: int, s: Schedule, device
             seen = counts.tolist()
             row = {"step": out.steps, "phase": phase, "seconds": round(time.monotonic() - start, 1),
                    "lr": lr_at(progress, s), "label_loss": round(float(label_losses.mean()), 4),
-                   **{f"loss_{k}": round(m, 4) if c else None for k, m, c in zip(KINDS, means, seen)},
+                   **{f"loss_{k}": round(m, 4) if c else None
+                      for k, m, c in zip(KINDS, means, seen, strict=True)},
                    "loss": round(float(total.detach()), 4), "batch": len(index), "tokens": int(ids.size)}
             sums.zero_()
             counts.zero_()

@@ -56,15 +56,18 @@ ISSUES = {
     "refund": ("I want a refund for the {p} from order {o}.", "Please give me my money back for the {p}.",
                "Can you refund order {o}? The {p} is not what I expected.",
                "I returned the {p} and still have not been reimbursed."),
-    "shipping delay": ("My {p} from order {o} still has not arrived.", "Where is my {p}? The tracking has not moved.",
+    "shipping delay": ("My {p} from order {o} still has not arrived.",
+                       "Where is my {p}? The tracking has not moved.",
                        "Order {o} ({p}) was supposed to be delivered last week."),
     "damaged item": ("The {p} arrived broken.", "My {p} came with a cracked case.",
                      "The box was crushed and the {p} inside is damaged."),
     "wrong item": ("I ordered a {p} but received something else.", "Order {o} contained the wrong {p}.",
                    "You sent me a different {p} than the one I paid for."),
-    "billing error": ("I was charged twice for the {p}.", "My card was billed the wrong amount for order {o}.",
+    "billing error": ("I was charged twice for the {p}.",
+                      "My card was billed the wrong amount for order {o}.",
                       "There is an extra charge on my statement for the {p}."),
-    "login problem": ("I cannot log in to my account to register the {p}.", "My password reset link does not work.",
+    "login problem": ("I cannot log in to my account to register the {p}.",
+                      "My password reset link does not work.",
                       "The app keeps logging me out, so I cannot manage my {p}."),
     "setup help": ("How do I set up the {p}?", "I need help installing the {p}.",
                    "The manual for the {p} does not explain the first setup."),
@@ -73,10 +76,12 @@ ISSUES = {
     "warranty claim": ("The {p} stopped working after five months; is it under warranty?",
                        "I would like to file a warranty claim for my {p}.",
                        "My {p} died and I believe the warranty covers it."),
-    "feature request": ("It would be great if the {p} had a dark mode.", "Please add an export option to the {p} app.",
+    "feature request": ("It would be great if the {p} had a dark mode.",
+                        "Please add an export option to the {p} app.",
                         "Could a future update of the {p} support voice control?"),
     "address change": ("I need to change the delivery address of order {o}.",
-                       "Please ship the {p} to my new address instead.", "Can I update where order {o} goes?"),
+                       "Please ship the {p} to my new address instead.",
+                       "Can I update where order {o} goes?"),
 }
 ISSUE_DESCRIPTIONS = {
     "refund": "money back", "shipping delay": "a late delivery", "damaged item": "something arrived broken",
@@ -95,12 +100,14 @@ URGENCY = (
     ("I need this resolved today.", "Please handle this today."),
     ("This is urgent.", "Urgent: please respond quickly."),
     ("This is very urgent, I need it within the hour.", "Extremely urgent, please act now."),
-    ("EMERGENCY: this is blocking my whole business right now!", "Critical: everything is down until this is fixed!"),
+    ("EMERGENCY: this is blocking my whole business right now!",
+     "Critical: everything is down until this is fixed!"),
 )
 URGENCY_LEVELS = (
-    ("trivial", "very low", "low", "minor", "moderate", "notable", "high", "very high", "severe", "critical"),
-    ("can wait indefinitely", "can wait weeks", "can wait days", "this week", "within two days", "by tomorrow",
-     "today", "within hours", "within the hour", "immediately"),
+    ("trivial", "very low", "low", "minor", "moderate", "notable", "high", "very high", "severe",
+     "critical"),
+    ("can wait indefinitely", "can wait weeks", "can wait days", "this week", "within two days",
+     "by tomorrow", "today", "within hours", "within the hour", "immediately"),
 )
 # customer mood, calm to furious (7 bins); tickets with bin >= ANGRY_FROM count as angry
 MOOD = (
@@ -114,7 +121,8 @@ MOOD = (
 )
 ANGRY_FROM = 4
 MOOD_LEVELS = (
-    ("delighted", "very happy", "happy", "content", "neutral", "uneasy", "annoyed", "upset", "angry", "furious"),
+    ("delighted", "very happy", "happy", "content", "neutral", "uneasy", "annoyed", "upset", "angry",
+     "furious"),
     ("not upset at all", "barely upset", "slightly bothered", "a little unhappy", "unhappy", "displeased",
      "frustrated", "very frustrated", "angry", "livid"),
 )
@@ -227,9 +235,11 @@ TOOL_DESCRIPTIONS = {
     "git_commit": "commit code", "pdf_extract": "read PDFs", "ocr": "read text in images",
     "contacts": "look up people", "reminder": "set reminders", "finish": "give the final answer",
 }
-GOALS = ("Plan a team offsite for {n}", "Prepare the quarterly sales report", "Answer {n}'s question about refunds",
-         "Fix the failing nightly build", "Book travel to the Berlin conference", "Summarize this week's support tickets",
-         "Compare three laptop offers for {n}", "Draft the product launch email", "Clean up the customer database")
+GOALS = ("Plan a team offsite for {n}", "Prepare the quarterly sales report",
+         "Answer {n}'s question about refunds", "Fix the failing nightly build",
+         "Book travel to the Berlin conference", "Summarize this week's support tickets",
+         "Compare three laptop offers for {n}", "Draft the product launch email",
+         "Clean up the customer database")
 STEP_OK = ("returned {k} results", "ok", "success", "done, {k} rows", "200 OK", "saved")
 STEP_ERROR = ("Error: timeout", "403 Forbidden", "Error: file not found", "failed: rate limited",
               "500 Internal Server Error", "Error: invalid arguments")
@@ -264,7 +274,8 @@ PRIORITIES = (("lowest", "p5"), ("low", "p4"), ("normal", "p3"), ("elevated", "p
 PRIORITY_LEVELS = (
     ("lowest", "very low", "low", "below normal", "normal", "above normal", "elevated", "high", "very high",
      "top"),
-    ("backlog", "someday", "later", "this month", "this week", "soon", "next up", "today", "now", "drop everything"),
+    ("backlog", "someday", "later", "this month", "this week", "soon", "next up", "today", "now",
+     "drop everything"),
 )
 ITEMS = ("usb cable", "phone case", "notebook", "mug", "charger", "t-shirt", "umbrella", "water bottle",
          "desk mat", "headband", "socks", "sticker pack")

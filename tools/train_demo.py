@@ -6,10 +6,10 @@ Steps: train a byte-level BPE on synthetic requests (demo_data) and write it wit
 --out; encode the training set through flidec's next_token format in worker processes; train a Qwen3.5
 (Qwen3_5ForCausalLM, transformers' torch Gated DeltaNet path) until --time-budget-s seconds after the
 script started (or --max-steps), the first --curriculum-frac of it on a separately encoded easy mix
-(verbatim choices with 2-4 options; demo_data.verbatim_choice); round the weights to bf16, save the HF directory (config.json,
-model.safetensors, generation_config.json, tokenizer files), evaluate on a held-out set, then write
-eval.json and MODEL_CARD.md there and print a summary. The budget covers everything up to the end of
-training; evaluation and saving come after it (a few seconds on an H200).
+(verbatim choices with 2-4 options; demo_data.verbatim_choice); round the weights to bf16, save the HF
+directory (config.json, model.safetensors, generation_config.json, tokenizer files), evaluate on a held-out
+set, then write eval.json and MODEL_CARD.md there and print a summary. The budget covers everything up to
+the end of training; evaluation and saving come after it (a few seconds on an H200).
 Diagnostics (issue 7): --asks restricts every training request (and the easy mix) to some ask types,
 --verbatim-only makes every choice of the training set a verbatim one for the whole run, --layer-pattern
 sets which layers are Gated DeltaNet (l) and which full attention (f). eval.json's `eval` is always the
@@ -58,7 +58,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, required=True, help="model directory to write")
     p.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
-    p.add_argument("--time-budget-s", type=float, default=480.0, help="seconds from start to the end of training")
+    p.add_argument("--time-budget-s", type=float, default=480.0,
+                   help="seconds from start to the end of training")
     p.add_argument("--max-steps", type=int, default=1_000_000)
     p.add_argument("--size", default="demo", help="demo (the shipped shape) or micro (tests)")
     p.add_argument("--train-examples", type=int, default=400_000)
@@ -68,7 +69,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--batch-tokens", type=int, default=32768, help="padded tokens per training batch")
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--lm-weight", type=float, default=0.05, help="weight of the next-token loss on prompts")
-    p.add_argument("--pointer-weight", type=float, default=1.0, help="weight of the training-only option pointer")
+    p.add_argument("--pointer-weight", type=float, default=1.0,
+                   help="weight of the training-only option pointer")
     p.add_argument("--noise", type=float, default=0.06, help="training label noise")
     p.add_argument("--workers", type=int, default=max(1, min(16, os.cpu_count() or 1) - 1))
     p.add_argument("--curriculum-frac", type=float, default=0.3,
@@ -104,12 +106,14 @@ def parse_asks(text: str) -> tuple[str, ...]:
 
 def parse_layer_pattern(text: str) -> str:
     if not text or set(text) - {"l", "f"}:
-        raise argparse.ArgumentTypeError(f"letters l (Gated DeltaNet) and f (full attention) only; got {text!r}")
+        raise argparse.ArgumentTypeError(f"letters l (Gated DeltaNet) and f (full attention) only; got "
+                                         f"{text!r}")
     return text
 
 
 def train_mix(args: argparse.Namespace) -> dict:
-    """How the training set is drawn (demo_render.encode_set / set_examples keywords): --asks, --verbatim-only."""
+    """How the training set is drawn (demo_render.encode_set / set_examples keywords): --asks,
+    --verbatim-only."""
     return {"verbatim": args.verbatim_only, "kinds": tuple(args.asks)}
 
 
@@ -143,7 +147,8 @@ def main(argv: list[str] | None = None) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     train_seed, eval_seed, tok_seed, easy_seed = seeds(args).values()
 
-    texts = [demo_render.corpus_text(ex) for ex in demo_render.set_examples(tok_seed, args.tokenizer_examples)]
+    texts = [demo_render.corpus_text(ex)
+             for ex in demo_render.set_examples(tok_seed, args.tokenizer_examples)]
     tokenizer = demo_tokenizer.save_tokenizer(demo_tokenizer.train_tokenizer(texts, args.vocab_size), out)
     render = demo_render.renderer(tokenizer)
     demo_tokenizer.check_labels(render.fmt)
@@ -154,12 +159,12 @@ def main(argv: list[str] | None = None) -> dict:
                                        **train_mix(args))
     lengths = train_set.lengths
     log(f"train set: {len(train_set)} requests (asks {','.join(args.asks)}"
-        f"{', every choice verbatim, no curriculum' if args.verbatim_only else ''}), prompt tokens mean {lengths.mean():.0f} "
-        f"max {lengths.max()}")
+        f"{', every choice verbatim, no curriculum' if args.verbatim_only else ''}), "
+        f"prompt tokens mean {lengths.mean():.0f} max {lengths.max()}")
     easy_set = None
     if args.curriculum_frac > 0:
-        easy_set = demo_render.encode_set(out, easy_seed, args.easy_examples, args.workers, args.noise, verbatim=True,
-                                          kinds=args.asks)
+        easy_set = demo_render.encode_set(out, easy_seed, args.easy_examples, args.workers, args.noise,
+                                          verbatim=True, kinds=args.asks)
         log(f"easy set (first {100 * args.curriculum_frac:.0f}% of training): {len(easy_set)} requests, "
             f"prompt tokens mean {easy_set.lengths.mean():.0f}")
     chance = {"full": demo_train.chance_losses(train_set),
@@ -176,8 +181,9 @@ def main(argv: list[str] | None = None) -> dict:
         + "".join("f" if t == "full_attention" else "l" for t in config.layer_types))
 
     schedule = demo_train.Schedule(lr=args.lr, batch_tokens=args.batch_tokens, lm_weight=args.lm_weight,
-                                   pointer_weight=args.pointer_weight, noise=args.noise, deadline=START + args.time_budget_s,
-                                   max_steps=args.max_steps, seed=args.seed, curriculum_frac=args.curriculum_frac)
+                                   pointer_weight=args.pointer_weight, noise=args.noise,
+                                   deadline=START + args.time_budget_s, max_steps=args.max_steps,
+                                   seed=args.seed, curriculum_frac=args.curriculum_frac)
     trained = demo_train.train(model, train_set, pad_id, schedule, device, log, args.log_every, easy_set)
     log(f"trained: {trained.steps} steps ({trained.easy_steps} on the easy mix), {trained.examples} requests "
         f"in {trained.seconds:.0f} s")
@@ -190,7 +196,8 @@ def main(argv: list[str] | None = None) -> dict:
 
     eval_examples = held_out_examples(args)
     results_eval = demo_eval.evaluate(model, render, eval_examples, pad_id, device)
-    results_mix = demo_eval.evaluate(model, render, held_out_mix(args), pad_id, device) if mixed(args) else None
+    results_mix = (demo_eval.evaluate(model, render, held_out_mix(args), pad_id, device) if mixed(args)
+                   else None)
     shipped = sorted(f.name for f in out.iterdir() if f.is_file())
     megabytes = sum((out / f).stat().st_size for f in shipped) / 1e6
     run = {
@@ -202,9 +209,11 @@ def main(argv: list[str] | None = None) -> dict:
         "verbatim_only": args.verbatim_only,
         "parameters": params, "vocab_size": tokenizer.vocab_size, "config_vocab_size": vocab,
         "train_examples": len(train_set), "train_seed": train_seed, "eval_seed": eval_seed,
-        "curriculum_frac": args.curriculum_frac, "easy_examples": len(easy_set) if easy_set is not None else 0,
+        "curriculum_frac": args.curriculum_frac,
+        "easy_examples": len(easy_set) if easy_set is not None else 0,
         "easy_seed": easy_seed, "easy_steps": trained.easy_steps, "chance_label_loss": chance,
-        "noise": args.noise, "lm_weight": args.lm_weight, "pointer_weight": args.pointer_weight, "lr": args.lr, "batch_tokens": args.batch_tokens,
+        "noise": args.noise, "lm_weight": args.lm_weight, "pointer_weight": args.pointer_weight,
+        "lr": args.lr, "batch_tokens": args.batch_tokens,
         "steps": trained.steps, "examples_seen": trained.examples, "train_seconds": trained.seconds,
         "total_seconds": time.monotonic() - START, "model_dir_megabytes": megabytes,
         "prompt_tokens_mean": float(np.mean(lengths)), "history": trained.history,
@@ -240,7 +249,8 @@ def held_out_mix(args: argparse.Namespace) -> list:
 
 
 def json_safe(value):
-    """NaN (a type with no example: its chance loss, an empty set's accuracy) as null, so eval.json is JSON."""
+    """NaN (a type with no example: its chance loss, an empty set's accuracy) as null, so eval.json is
+    JSON."""
     if isinstance(value, float) and math.isnan(value):
         return None
     if isinstance(value, dict):
