@@ -1,15 +1,13 @@
 """A bounded, thread-safe queue in front of one Program: many callers, one device, several instances a replay.
 
-Consumes instances submitted from any thread (`submit` -> Future, or the blocking `answer`); produces each
-caller's own result, an answer or an error record. At most `max_queue` requests wait: past that, submit raises
-QueueFull at once, with a retry hint. One worker thread forms each batch by size, estimated by the instance's
-JSON text length: the smallest waiting request leads, joined by the smallest of its tree while the batch stays
-within `max_batch` members and `max_batch_cost` (a larger one runs alone), so a small request never waits
-behind a far larger one. Aging bounds the unfairness: a request passed over by `max_overtake` batches that
-took newer requests makes the oldest waiting request lead every batch until it is run. A batch whose run
-raises is answered again in halves, so only members that fail alone get an error record. A request past its
-deadline when picked gets a DeadlineExceeded record instead of a run. Relies on Program.run returning one
-result per instance in order.
+Consumes instances from any thread (`submit` -> Future, or `answer`); produces each caller's own answer or
+error record. Past `max_queue` waiting requests, submit raises QueueFull at once, with a retry hint. A worker
+forms batches by size (an instance's JSON text length): the smallest waiting request leads, joined by the next
+smallest of its tree within `max_batch` members and `max_batch_cost` (a larger one runs alone); a request
+passed over by `max_overtake` batches of newer ones makes the oldest waiting request lead until it has run.
+A run is never interrupted: a request arriving during one waits for it. A run that raises is redone in halves,
+so only members failing alone get an error record; a request past its deadline gets DeadlineExceeded instead.
+Relies on Program.run returning one result per instance, in order.
 """
 
 from __future__ import annotations

@@ -98,6 +98,35 @@ def test_a_failing_member_fails_only_itself() -> None:
     assert stats.isolated == 12 and stats.answered == 66 and stats.failed_runs > 0
 
 
+def test_instances_json_cannot_write_are_queued_and_fail_only_themselves() -> None:
+    deep: list = []
+    for _ in range(100_000):
+        deep = [deep]
+    odd = [object(), {"id": 1, "n": 10**5000}, deep, {"id": 2}]
+    with Server(Stand(), max_batch=8, max_wait_s=0.05) as server:
+        results = [f.result(WAIT) for f in [server.submit(x) for x in odd]]
+    assert [r.get("id") for r in results] == [None, 1, None, 2]  # sized without raising, then run
+    assert [results[k]["error"]["type"] for k in (0, 2)] == ["TypeError", "TypeError"]  # the stand's own
+
+
+class Short(Stand):
+    """A broken Program that returns no results for a batch of several instances."""
+
+    def run(self, instances: Sequence[object], tree: str | None = None) -> list[dict]:
+        results = super().run(instances, tree)
+        return results if len(results) == 1 else []
+
+
+def test_a_run_returning_the_wrong_number_of_results_is_redone_in_halves() -> None:
+    stand = Short(gated=True)
+    with Server(stand, max_batch=8) as server:
+        futures = [held(stand, server)] + [server.submit(req(i)) for i in range(1, 6)]
+        stand.release()
+        assert [f.result(WAIT) for f in futures] == [{"id": i, "tree": None} for i in range(6)]
+    # the runs that raised: [1..5], then [1, 2] and [3, 4, 5], then [4, 5]
+    assert server.stats().failed_runs == 4 and server.stats().isolated == 0
+
+
 class SurrogateProgram:
     """The real Program behind a tokenizer-like step that raises on a state holding a lone surrogate."""
 
