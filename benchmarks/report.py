@@ -1,13 +1,13 @@
-"""The benchmark's report: cells -> result rows (with the metrics), a table, the JSON file, the PNG plot.
+"""The benchmark's report: a run's cells -> result rows, a table, the results JSON and PNG; and BENCHMARKS.md.
 
 Consumes the run's arguments, the Works, the engines' load facts and the measured Cells (with logits);
-produces the result dict (JSON-ready: no tensors), a fixed-width table, one compact JSON line, and
-benchmarks/results/<date>-<commit>.json with <date>-<commit>.png beside it (q/s per workload and engine,
-log scale; matplotlib with the Agg backend). Exactness compares every engine's logits with the fp32-ref
-cell of the same workload on the reads both measured; bitwise fork == solo compares each fork engine with
-its solo twin (engines.SOLO_OF). Metric definitions live in benchmarks/metrics.py. A cell whose timed runs
-held compile work (measure.py) keeps its numbers but carries `compiling` and the reason: the table marks
-its speeds with `*` and says why below it, the plot gives it no bar, a fork-vs-solo speedup from it is null.
+produces the result dict (JSON-ready), a fixed-width table, one compact JSON line and
+benchmarks/results/<date>-<commit>.json with a PNG of q/s beside it (matplotlib, Agg). Exactness compares each
+engine's logits with fp32-ref's on the reads both measured; fork == solo pairs each fork engine with its solo
+twin (engines.SOLO_OF); metrics.py defines the metrics. A cell timed while compiling (measure.py) keeps its
+numbers with `compiling` and the reason: `*` on its speeds with a line why, no bar, no fork-vs-solo speedup.
+`python -m benchmarks.report --run R --profile P --peer F [--previous R0]` writes BENCHMARKS.md from those
+results files and benchmarks/page.md (the prose): the targets, every cell, where the time goes, what limits.
 """
 
 from __future__ import annotations
@@ -18,8 +18,10 @@ import datetime
 import json
 import math
 import platform
+import string
 import subprocess
 import sys
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
@@ -287,10 +289,10 @@ def table(result: dict) -> str:
         max(len(h), *(len(x[i]) for x in lines if len(x) == len(head))) if lines else len(h)
         for i, h in enumerate(head)
     ]
-    out = ["  ".join(h.ljust(w) for h, w in zip(head, widths))]
+    out = ["  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True))]
     for x in lines:
         if len(x) == len(head):
-            out.append("  ".join(v.ljust(w) for v, w in zip(x, widths)))
+            out.append("  ".join(v.ljust(w) for v, w in zip(x, widths, strict=True)))
         else:
             out.append(f"{x[0].ljust(widths[0])}  {x[1].ljust(widths[1])}  {x[2]}")
     for r in result["cells"]:
@@ -385,3 +387,213 @@ def write(result: dict, results_dir: Path, plot_png: bool = True) -> Path:
         except Exception as e:  # noqa: BLE001 -- a missing matplotlib costs the picture, not the results
             print(f"[bench] no plot: {type(e).__name__}: {e}", file=sys.stderr)
     return path
+
+
+# ---- BENCHMARKS.md: one page generated from the latest run's results files --------------------------------
+# Every number comes from the files its command names, the prose from benchmarks/page.md (test_report.py).
+
+PAGE_TEMPLATE = Path(__file__).with_name("page.md")
+OFFLINE = ("quality", "race", "mixed")
+VERSIONS = ("torch", "triton", "transformers", "tokenizers", "flide", "flash-linear-attention")
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """flidec's `metric` on `workload` (as a ratio to `against`'s in the run: None, the value) vs `goal`."""
+
+    what: str
+    workload: str
+    metric: str  # a cell field (qps, p50_ms, peak_fraction) or "speedup": the fork-vs-solo comparison
+    against: str | None
+    goal: float
+    at_least: bool
+    text: str
+
+
+TARGETS = (
+    Target("QuALITY-like q/s", "quality", "qps", "flide", 1.5, True, ">= 1.5x flide"),
+    Target("RACE-like q/s", "race", "qps", "flide", 1.5, True, ">= 1.5x flide"),
+    Target("mixed q/s", "mixed", "qps", "flide", 1.5, True, ">= 1.5x flide"),
+    Target("independent p50 ms", "independent", "p50_ms", "flidec-solo", 1.0, False, "<= flidec-solo"),
+    Target("RACE-like p50 ms", "race", "p50_ms", "flide", 0.5, False, "<= 0.5x flide"),
+    Target("mixed p50 ms", "mixed", "p50_ms", "flide", 0.5, False, "<= 0.5x flide"),
+    Target("QuALITY-like p50 ms", "quality", "p50_ms", "flide", 0.7, False, "<= 0.7x flide"),
+    Target("QuALITY-like %peak", "quality", "peak_fraction", None, 0.65, True, ">= 65"),
+    Target("fork vs solo, QuALITY-like", "quality", "speedup", None, 8.0, True, ">= 8x"),
+)
+
+# Kernel classes by name prefix, flidec's kernels and flide's (cuBLAS nvjet GEMMs, fla's Gated DeltaNet, its
+# Triton attention, conv and pointwise kernels); the first class with a matching prefix takes a kernel, REST
+# the others. flide's `_gate_kernel` runs once per attention layer: the gate on the attention's output.
+KERNEL_CLASSES = (
+    ("GEMMs", ("gemm_", "nvjet_")),
+    ("Gated DeltaNet", ("gdn_", "chunk_gated_delta_rule", "chunk_fwd_kernel_o", "recompute_w_u", "l2norm_fwd",
+                        "_gated_rms", "_fwd_xo", "_gates")),
+    ("attention", ("fork_attention", "_attention_fwd", "_qk_kernel", "_gate_kernel")),
+    ("conv", ("fork_conv", "_conv", "causal_conv1d")),
+)
+REST = "norms, SwiGLU's pointwise, the rest"
+CLASSES = (*(c for c, _ in KERNEL_CLASSES), REST)
+ALL_KERNELS = "(all)"  # profile_peer's first row: every kernel of the call, listed or not
+
+
+def kernel_class(name: str) -> str:
+    return next((cls for cls, prefixes in KERNEL_CLASSES if name.startswith(prefixes)), REST)
+
+
+def class_ms(kernels: list[dict], instances: int) -> dict[str, float]:
+    """Milliseconds an instance by class of a profile's kernel list, then the unlisted kernels' time (NaN
+    without an `(all)` row) and the device total (the listed kernels' without one)."""
+    out = dict.fromkeys(CLASSES, 0.0)
+    listed = [k for k in kernels if k["kernel"] != ALL_KERNELS]
+    for k in listed:
+        out[kernel_class(k["kernel"])] += k["total_us"] / 1e3 / instances
+    total = sum(k["total_us"] for k in listed) / 1e3 / instances
+    every = next((k["total_us"] / 1e3 / instances for k in kernels if k["kernel"] == ALL_KERNELS), None)
+    past = math.nan if every is None else every - total
+    return out | {"past the list": past, "device total": total if every is None else every}
+
+
+def cell(result: dict, engine: str, workload: str) -> dict | None:
+    return next((r for r in result["cells"] if r["engine"] == engine and r["workload"] == workload), None)
+
+
+def speed(result: dict, engine: str, workload: str, metric: str) -> float | None:
+    """A cell's number (or flidec's fork-vs-solo speedup), None when missing or timed while compiling."""
+    if metric == "speedup":
+        c = next((c for c in result["comparisons"] if (c["fork"], c["workload"]) == (engine, workload)), None)
+        return None if c is None or c["compiling"] else c["speedup"]
+    r = cell(result, engine, workload)
+    marked = "latency_compiling" if metric == "p50_ms" else "compiling"
+    return None if r is None or r.get(metric) is None or r[marked] else r[metric]
+
+
+def _num(v: float | None, metric: str) -> str:
+    if v is None:
+        return "-"
+    forms = {"qps": f"{v:,.1f}", "p50_ms": f"{v:,.2f}", "peak_fraction": f"{100 * v:.1f}"}
+    return forms.get(metric, f"{v:.2f}x")
+
+
+def _ratios(run: dict, metric: str) -> str:
+    return " / ".join(f"{speed(run, 'flidec', w, metric) / speed(run, 'flide', w, metric):.2f}x"
+                      for w in OFFLINE)
+
+
+def targets_table(run: dict, previous: dict | None) -> str:
+    """Every target: flidec now (and in the earlier run), the engine it is measured against, the status."""
+    earlier = [f"flidec {previous['commit']}"] if previous else []
+    heads = [*earlier, f"flidec {run['commit']}", "same run", "ratio", "target", "status"]
+    lines = ["| | " + " | ".join(heads) + " |", "|---" * (len(heads) + 1) + "|"]
+    for t in TARGETS:
+        now = speed(run, "flidec", t.workload, t.metric)
+        peer = t.against or "flide"
+        other = speed(run, peer, t.workload, t.metric) if t.metric != "speedup" else None
+        peer_text = "-"
+        if other is not None:
+            r = cell(run, peer, t.workload)
+            part = f" ({r['instances']}/{r['of_instances']})" if r["instances"] < r["of_instances"] else ""
+            peer_text = f"{peer} {_num(other, t.metric)}{part}"
+        ratio = now / other if t.against and now is not None and other else None
+        value = ratio if t.against else now
+        met = value is not None and (value >= t.goal if t.at_least else value <= t.goal)
+        status = "not measured" if value is None else "met" if met else "not met"
+        before = [_num(speed(previous, "flidec", t.workload, t.metric), t.metric)] if previous else []
+        row = [t.what, *before]
+        row += [_num(now, t.metric), peer_text, f"{ratio:.2f}x" if ratio else "-", t.text, status]
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def classes_table(title: str, workload: str, profile: dict, peer: dict, run: dict) -> tuple[str, dict]:
+    """flidec's kernel classes for one instance and for N packed (`workload*N` in the runtime profile) beside
+    flide's latency and offline calls (the peer profile), ms an instance; and those columns by name."""
+    packed = next(k for k in profile["workloads"] if k.startswith(workload + "*"))
+    n = int(packed.split("*")[1])
+    one, many = profile["workloads"][workload], profile["workloads"][packed]
+    lat, off = peer["workloads"][workload]["latency"], peer["workloads"][workload]["offline"]
+    cols = {"one": class_ms(one["kernels"], 1), "packed": class_ms(many["kernels"], n)}
+    cols |= {m: class_ms(c["kernels"], c["instances"]) for m, c in (("latency", lat), ("offline", off))}
+    heads = (f"flidec, one ({one['bucket']})", f"flidec, {n} packed ({many['bucket']})", "flide, latency",
+             "flide, offline")
+    lines = [f"| {title}, ms an instance | " + " | ".join(heads) + " |", "|---|---|---|---|---|"]
+    for cls in (*CLASSES, "past the list", "device total"):
+        nums = ("-" if math.isnan(c[cls]) else f"{c[cls]:.2f}" for c in cols.values())
+        lines.append(f"| {cls} | " + " | ".join(nums) + " |")
+    fc, pc = cell(run, "flidec", workload), cell(run, "flide", workload)
+    offline = [1e3 * r["questions"] / r["qps"] / r["instances"] for r in (fc, pc)]
+    lines.append(f"| the harness's time an instance | p50 {fc['p50_ms']:.2f} | {offline[0]:.1f} (offline) | "
+                 f"p50 {pc['p50_ms']:.2f} | {offline[1]:.1f} (offline) |")
+    return "\n".join(lines), cols
+
+
+def page(args: argparse.Namespace, root: Path) -> str:
+    """BENCHMARKS.md's text from the run's results file, the runtime and peer profiles it cites, and
+    optionally the run before it (flidec's numbers beside this run's); paths in `args` are under `root`."""
+    run, profile, peer = (json.loads((root / p).read_text()) for p in (args.run, args.profile, args.peer))
+    previous = json.loads((root / args.previous).read_text()) if args.previous else None
+    env, loaded = run["environment"], [(e["name"], e) for e in run["engines"] if "load_s" in e]
+    quality, q = classes_table("QuALITY-like", "quality", profile, peer, run)
+    gap = {c: q["packed"][c] - q["offline"][c] for c in CLASSES}
+    fq = cell(run, "flide", "quality")
+    host = (profile["workloads"][w]["label_logits_ms"] - profile["workloads"][w]["run_stream_ms"]
+            for w in OFFLINE)
+    moved = {e: f"{_num(speed(previous, e, 'quality', 'qps'), 'qps')} -> " if previous else ""
+             for e in ("flidec", "flidec-solo")}
+    values = {
+        "regenerate": page_command(args),
+        "date": f"{run['date']} {run['time_utc']} UTC, commit {run['commit']}",
+        "gpu": env.get("gpu") or env["device"],
+        "versions": ", ".join(f"{k} {env[k]}" for k in VERSIONS if env.get(k)),
+        "model": f"{run['model']['hidden']} hidden, {run['model']['layers']} layers",
+        "peak": f"{run['matmul_peak_tflops']}",
+        "command": "python " + run["command"].replace(" --", " \\\n  --"),
+        "targets": targets_table(run, previous),
+        "cells": "\n".join(line.rstrip() for line in table(run).splitlines()),
+        "load": "\n".join(f"- {n}: {e['load_to_first_answer_s']:.2f} s (load {e['load_s']:.2f} s, first "
+                          f"answer {e['first_answer_s']:.3f} s)" for n, e in loaded),
+        "quality_classes": quality,
+        "race_classes": classes_table("RACE-like", "race", profile, peer, run)[0],
+        "gemm_gap": f"{gap['GEMMs']:.1f}",
+        "gdn_gap": f"{gap['Gated DeltaNet']:.1f}",
+        "attention_gap": f"{gap['attention']:.1f}",
+        "rowwise_gain": f"{-gap['conv'] - gap[REST]:.1f}",
+        "qps_ratios": _ratios(run, "qps"),
+        "flide_goal_qps": f"{1.5 * fq['qps']:,.0f}",
+        "budget": f"{1e3 * fq['questions'] / (1.5 * fq['qps']) / fq['instances']:.1f}",
+        "best": f"{sum(min(q['packed'][c], q['offline'][c]) for c in CLASSES):.1f}",
+        "host": " / ".join(f"{ms:.1f}" for ms in host),
+        "p50_ratios": _ratios(run, "p50_ms"),
+        "peak_now": _num(speed(run, "flidec", "quality", "peak_fraction"), "peak_fraction"),
+        "fork_now": _num(speed(run, "flidec", "quality", "speedup"), "speedup"),
+        "solo_qps": moved["flidec-solo"] + _num(speed(run, "flidec-solo", "quality", "qps"), "qps"),
+        "fork_qps": moved["flidec"] + _num(speed(run, "flidec", "quality", "qps"), "qps"),
+    }
+    return string.Template(PAGE_TEMPLATE.read_text()).substitute(values)
+
+
+def page_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.report", description="Write BENCHMARKS.md.")
+    p.add_argument("--run", type=Path, required=True, help="the harness's results file (benchmarks/run.py)")
+    p.add_argument("--profile", type=Path, required=True, help="profile_runtime.py's file of the same code")
+    p.add_argument("--peer", type=Path, required=True, help="profile_peer.py's file (flide's kernels)")
+    p.add_argument("--previous", type=Path, help="the harness's results file of the run before")
+    p.add_argument("--out", type=Path, default=Path("BENCHMARKS.md"))
+    return p
+
+
+def page_command(args: argparse.Namespace) -> str:
+    """The command line that writes the page, its paths as given (relative to the repo root)."""
+    given = [("--run", args.run), ("--profile", args.profile), ("--peer", args.peer),
+             ("--previous", args.previous), ("--out", args.out)]
+    return " \\\n  ".join(["python -m benchmarks.report", *(f"{k} {v}" for k, v in given if v)])
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = page_parser().parse_args(argv)
+    args.out.write_text(page(args, Path.cwd()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,14 +1,20 @@
 """benchmarks/report.py on hand-made cells: a cell timed while its engine still compiled keeps its numbers
 but carries the mark in the JSON, gets `*` on its speeds and a line saying why in the table, and gives no
-fork-vs-solo speedup; the same cell unmarked does."""
+fork-vs-solo speedup; the same cell unmarked does. BENCHMARKS.md is the page its own command regenerates
+from the checked-in results files, byte for byte; targets get their status, kernels their class."""
 
 from __future__ import annotations
 
 import argparse
+import math
+import shlex
+from pathlib import Path
 
 from benchmarks import report
 from benchmarks.measure import Cell
 from benchmarks.work import Read, Work
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def work(instances: int = 2, tokens: int = 100) -> Work:
@@ -93,3 +99,65 @@ def test_the_same_cell_unmarked_is_a_speed(tiny_checkpoint) -> None:
     fork = next(line.split() for line in lines if line.startswith("scripted  flide "))
     assert fork[4:8] == ["4.0", "400", "105.00", "181.00"]
     assert any("flide vs flide-solo: 0.40x faster" in line for line in lines)
+
+
+def test_benchmarks_md_is_what_its_command_regenerates() -> None:
+    text = (ROOT / "BENCHMARKS.md").read_text()
+    start = text.index("python -m benchmarks.report")
+    command = text[start : text.index("```", start)].replace("\\\n", " ")
+    argv = shlex.split(command)[3:]  # past `python -m benchmarks.report`
+    args = report.page_parser().parse_args(argv)
+    assert args.out == Path("BENCHMARKS.md") and args.run.parent == Path("benchmarks/results")
+    assert report.page(args, ROOT) == text, "BENCHMARKS.md is stale: run the command at its top to rewrite it"
+    assert len(text.splitlines()) <= 300
+
+
+def result(cells: list[dict], speedup: float | None = None) -> dict:
+    base = {"instances": 4, "of_instances": 4, "compiling": False, "latency_compiling": False}
+    rows = [base | {"status": "ok"} | c for c in cells]
+    fork = [{"workload": "quality", "fork": "flidec", "speedup": speedup, "compiling": speedup is None}]
+    return {"cells": rows, "comparisons": fork, "commit": "abc1234"}
+
+
+def test_each_target_gets_its_status() -> None:
+    run = result(
+        [
+            {"engine": "flidec", "workload": "quality", "qps": 30.0, "p50_ms": 7.0, "peak_fraction": 0.7},
+            {"engine": "flide", "workload": "quality", "qps": 10.0, "p50_ms": 10.0, "peak_fraction": 0.5},
+            {"engine": "flidec", "workload": "race", "qps": 14.0, "p50_ms": 1.0, "latency_compiling": True},
+            {"engine": "flide", "workload": "race", "qps": 10.0, "p50_ms": 1.0, "instances": 3},
+        ],
+        speedup=None,
+    )
+    lines = report.targets_table(run, None).splitlines()
+    rows = {line.split(" | ")[0][2:]: line.split(" | ") for line in lines}
+    assert rows["QuALITY-like q/s"][1:] == ["30.0", "flide 10.0", "3.00x", ">= 1.5x flide", "met |"]
+    assert rows["QuALITY-like p50 ms"][-1] == "met |"  # 0.7x is at most 0.7x
+    peak, race = rows["QuALITY-like %peak"], rows["RACE-like q/s"]
+    assert peak[1:3] == ["70.0", "flide 50.0"] and peak[-1] == "met |"
+    assert race[2:4] == ["flide 10.0 (3/4)", "1.40x"] and race[-1] == "not met |"
+    assert rows["RACE-like p50 ms"][-1] == "not measured |"  # timed while compiling
+    assert rows["fork vs solo, QuALITY-like"][-1] == "not measured |"
+    assert rows["mixed q/s"][-1] == "not measured |"  # no cell
+    before = result([{"engine": "flidec", "workload": "quality", "qps": 20.0}], 7.5)
+    earlier = report.targets_table(run, before)
+    assert "| QuALITY-like q/s | 20.0 | 30.0 |" in earlier
+    assert "| fork vs solo, QuALITY-like | 7.50x | - |" in earlier
+
+
+def test_kernels_fall_into_classes_and_unlisted_time_is_kept() -> None:
+    kernels = [
+        {"kernel": "(all)", "total_us": 10000.0},
+        {"kernel": "nvjet_sm90_tst_128x64", "total_us": 4000.0},
+        {"kernel": "_fwd_xo", "total_us": 2000.0},
+        {"kernel": "_gate_kernel", "total_us": 600.0},
+        {"kernel": "_gated_rms_kernel", "total_us": 400.0},
+        {"kernel": "causal_conv1d_fwd_kernel", "total_us": 1000.0},
+        {"kernel": "_swiglu_kernel", "total_us": 1000.0},
+    ]
+    ms = report.class_ms(kernels, 2)
+    assert ms["GEMMs"] == 2.0 and ms["Gated DeltaNet"] == 1.2 and ms["attention"] == 0.3
+    assert ms["conv"] == 0.5 and ms[report.REST] == 0.5
+    assert ms["past the list"] == 0.5 and ms["device total"] == 5.0
+    flidec = report.class_ms([{"kernel": "gemm_silu_mul_kernel", "total_us": 3000.0}], 1)
+    assert flidec["device total"] == 3.0 and math.isnan(flidec["past the list"])  # no (all) row: unknown
