@@ -17,7 +17,6 @@ import dataclasses
 import os
 import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -40,6 +39,7 @@ from flidec.models.tokenizer import load_tokenizer
 from flidec.models.weights import resolve_model
 from flidec.passes.manager import PASSES, Options, run
 from flidec.passes.pipeline import GRAPH_PIPELINE, TREE_PIPELINE, CompileContext
+from flidec.run import staging_dir
 from flidec.runtime.launch import CompiledKernel, read_kernel
 
 TARGETS = ("sm_90", "cpu")
@@ -99,7 +99,7 @@ def _staging_dir(out: Path) -> Path:
         raise FlideError(f"-o {out}: the output directory is not empty; name a new or empty directory")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        return Path(tempfile.mkdtemp(prefix=f".{out.name}.flidec-partial-", dir=out.parent))
+        return staging_dir(out.parent, out.name)
     except OSError as e:
         raise FlideError(f"-o {out}: cannot write there ({e.strerror or e}); choose a writable directory") \
             from None

@@ -16,9 +16,9 @@ import gzip
 import json
 import os
 import re
+import secrets
 import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -119,8 +119,7 @@ class OutputDir:
         home = out if out.is_dir() else out.parent
         try:
             home.mkdir(parents=True, exist_ok=True)
-            self.tmp = Path(tempfile.mkdtemp(prefix=".flidec-partial-" if home == out
-                                             else f".{out.name}.flidec-partial-", dir=home))
+            self.tmp = staging_dir(home, "" if home == out else out.name)
             if home == out:  # the results replace DIR's files: DIR's own entries must be writable
                 for n in self.FILES:
                     if (out / n).exists() and not os.access(out / n, os.W_OK, follow_symlinks=False):
@@ -149,6 +148,19 @@ class OutputDir:
         if self.tmp is not None:
             shutil.rmtree(self.tmp, ignore_errors=True)
             self.tmp = None
+
+
+def staging_dir(parent: Path, name: str) -> Path:
+    """A new, hidden, uniquely named directory in `parent` (the umask's mode, unlike mkdtemp's 0700, since it
+    may become the output directory itself)."""
+    for _ in range(100):
+        path = parent / f".{name + '.' if name else ''}flidec-partial-{secrets.token_hex(4)}"
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{parent}: no free name for a staging directory")
 
 
 def _same(a: Path, b: Path) -> bool:
