@@ -1,4 +1,4 @@
-"""The artifact writer: one directory holding everything the runtime needs, with a manifest that vouches for it.
+"""The artifact writer: one directory holding everything the runtime needs, and a manifest vouching for it.
 
 Consumes what `flidec compile` produced: the spec (source and tree IR), the program IR, the model directory,
 the target, and for a GPU target the recordings per bucket and the compiled kernels by key. Produces the
@@ -29,7 +29,7 @@ from flidec.ir.program import Program
 from flidec.ir.program_printer import print_program
 from flidec.ir.serde import spec_to_json
 from flidec.ir.tree import Spec
-from flidec.runtime.artifact import FORMAT
+from flidec.runtime.artifact import FORMAT, weights_hash
 from flidec.runtime.launch import CompiledKernel
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "chat_template.json",
@@ -67,9 +67,9 @@ def weight_files(model_dir: Path) -> list[Path]:
     return files + ([index] if index.exists() else [])
 
 
-def _tree_hash(files: list[Path], root: Path) -> str:
-    """One hash over several files: their names (relative to root) and contents, in name order."""
-    return hashlib.sha256(canonical({str(f.relative_to(root)): sha256_file(f) for f in files})).hexdigest()
+def _digests(files: list[Path], root: Path) -> dict[str, str]:
+    """Each file's sha256 by its name relative to root."""
+    return {str(f.relative_to(root)): sha256_file(f) for f in files}
 
 
 def write_artifact(inputs: ArtifactInputs, out: Path) -> dict[str, Any]:
@@ -94,6 +94,7 @@ def write_artifact(inputs: ArtifactInputs, out: Path) -> dict[str, Any]:
     if inputs.bundle_weights:  # weights/ is then a loadable model directory: its config travels with it
         for f in [*weights, model / "config.json"]:
             _copy(f, out / "weights" / f.name)
+    weight_digests = _digests(weights, model)  # one read of each weight file (1 MiB chunks)
     digests: dict[str, str] = {}
     for key in sorted(inputs.kernels):
         digests[key] = aot.write_kernel(inputs.kernels[key], out / "kernels")
@@ -103,8 +104,9 @@ def write_artifact(inputs: ArtifactInputs, out: Path) -> dict[str, Any]:
     for tree in inputs.program.trees:
         for plan in tree.buckets:
             b = plan.bucket
-            entry = {"tree": tree.name, "bucket": b.name, "rows": b.rows, "segments": b.segments, "depth": b.depth,
-                     "reads": b.reads, "labels": b.labels, "padding": round(plan.padding, 4)}
+            entry = {"tree": tree.name, "bucket": b.name, "rows": b.rows, "segments": b.segments,
+                     "depth": b.depth, "reads": b.reads, "labels": b.labels,
+                     "padding": round(plan.padding, 4)}
             rec = inputs.recordings.get((tree.name, b.name))
             if rec is not None:
                 path = f"recordings/{tree.name}.{b.name}.json"
@@ -118,26 +120,30 @@ def write_artifact(inputs: ArtifactInputs, out: Path) -> dict[str, Any]:
         "target": inputs.target,
         "complete": not incomplete,
         "missing_kernels": incomplete,
-        "spec": {"sha256": hashlib.sha256(inputs.spec_source).hexdigest(), "trees": [t.name for t in inputs.spec.trees]},
+        "spec": {"sha256": hashlib.sha256(inputs.spec_source).hexdigest(),
+                 "trees": [t.name for t in inputs.spec.trees]},
         "model": {"config_sha256": sha256_file(model / "config.json"),
-                  "tokenizer_sha256": _tree_hash(tokenizer, model),
-                  "weights_sha256": _tree_hash(weights, model),
+                  "tokenizer_sha256": weights_hash(_digests(tokenizer, model)),
+                  "weights_sha256": weights_hash(weight_digests),
+                  "weight_sha256": weight_digests,
                   "weight_sizes": {f.name: f.stat().st_size for f in weights},
                   "weights": "weights" if inputs.bundle_weights else str(model.resolve())},
         "buckets": buckets,
-        "kernels": {key: _kernel_summary(inputs.kernels[key], digests[key]) for key in sorted(inputs.kernels)},
+        "kernels": {key: _kernel_summary(inputs.kernels[key], digests[key])
+                    for key in sorted(inputs.kernels)},
     }
     files = sorted(p for p in out.rglob("*") if p.is_file())
     manifest["files"] = {str(p.relative_to(out)): sha256_file(p) for p in files}
-    (out / "manifest.json").write_bytes(json.dumps(manifest, sort_keys=True, indent=1, ensure_ascii=False).encode()
-                                        + b"\n")
+    text = json.dumps(manifest, sort_keys=True, indent=1, ensure_ascii=False)
+    (out / "manifest.json").write_bytes(text.encode() + b"\n")
     return manifest
 
 
 def _versions(target: str) -> dict[str, str]:
     import triton
 
-    return {"flidec": flidec.__version__, "torch": torch.__version__.split("+")[0], "triton": triton.__version__}
+    return {"flidec": flidec.__version__, "torch": torch.__version__.split("+")[0],
+            "triton": triton.__version__}
 
 
 def _kernel_summary(k: CompiledKernel, digest: str) -> dict[str, Any]:

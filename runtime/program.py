@@ -111,7 +111,7 @@ class _Copying:
         return self.host
 
 
-# ---- engines ------------------------------------------------------------------------------------------------
+# ---- engines -----------------------------------------------------------------------------------------------
 
 
 class ReferenceEngine:
@@ -134,12 +134,12 @@ class ReferenceEngine:
 
 
 class GraphEngine:
-    """A GPU artifact's buckets (by "tree/bucket"): per bucket its resolved launches, meta stage and (optionally)
-    CUDA graph, each made at the bucket's first use. `submit` enqueues a stream's meta copy, its replay and
-    the copy of its logits into fresh pinned memory on one CUDA stream (the one current at load) and returns
-    without waiting, so the host can bind the next stream meanwhile: every step of stream i+1 is ordered after
-    stream i's logits copy, the meta stage's host buffers are doubled (runtime/buffers.py), and each result
-    owns its host tensor."""
+    """A GPU artifact's buckets (by "tree/bucket"): per bucket its resolved launches, meta stage and
+    (optionally) CUDA graph, each made at the bucket's first use. `submit` enqueues a stream's meta copy, its
+    replay and the copy of its logits into fresh pinned memory on one CUDA stream (the one current at load)
+    and returns without waiting, so the host can bind the next stream meanwhile: every step of stream i+1 is
+    ordered after stream i's logits copy, the meta stage's host buffers are doubled (runtime/buffers.py), and
+    each result owns its host tensor."""
 
     needs_bucket = True
 
@@ -156,8 +156,8 @@ class GraphEngine:
                 raise ArtifactError(f"bucket {name}: no kernel for {', '.join(plan.missing)}")
             for i, step in enumerate(plan.steps):
                 if step.kernel not in self.kernels:
-                    raise ArtifactError(f"bucket {name}, step {i} ({step.node}): kernel {step.kernel} is not in "
-                                        "the artifact")
+                    raise ArtifactError(f"bucket {name}, step {i} ({step.node}): kernel {step.kernel} is "
+                                        "not in the artifact")
         # A bucket's launches (arguments packed), meta stage (pinned host buffers) and CUDA graph are made at
         # its first use, not at load: packing and staging alone cost ~0.08 s a 0.8B bucket on a 2-core CPU, a
         # capture more, a ladder has ~20 buckets, and a server may never see most of them.
@@ -173,14 +173,16 @@ class GraphEngine:
         self.scratch = torch.empty(need, dtype=torch.uint8, device=device) if need else None
 
     def resolve(self, name: str) -> tuple[tuple[object, Launch], ...]:
-        """The bucket's launches: (kernel handle, packed arguments) per recorded step, made at the first call."""
+        """The bucket's launches: (kernel handle, packed arguments) per recorded step, made at the first
+        call."""
         launches = self.launches.get(name)
         if launches is None:
             plan = self.plans[name]
             launches = self.launches[name] = tuple(
                 (self.handles[step.kernel],
                  Launch(self.kernels[step.kernel], grid3(step.grid),
-                        pack_args(self.kernels[step.kernel], step.args, lambda a: self.buffers.pointer(plan, a),
+                        pack_args(self.kernels[step.kernel], step.args,
+                                  lambda a: self.buffers.pointer(plan, a),
                                   f"bucket {name}, step {i} ({step.node})",
                                   0 if self.scratch is None else self.scratch.data_ptr())))
                 for i, step in enumerate(plan.steps))
@@ -214,7 +216,8 @@ class GraphEngine:
         return self.submit(tree, bucket, stream).result()
 
     def _graph(self, key: str) -> Any:
-        """The bucket's CUDA graph, captured now if this is its first use (the capture waits for the device)."""
+        """The bucket's CUDA graph, captured now if this is its first use (the capture waits for the
+        device)."""
         graph = self.graphs.get(key)
         if graph is None:
             graph = torch.cuda.CUDAGraph()
@@ -224,8 +227,8 @@ class GraphEngine:
         return graph
 
     def _enqueue(self, key: str, stream: Stream) -> torch.Tensor:
-        """Fill the meta stage, copy it to the arena, replay; the logits' rows as a view of the arena. The stream
-        need not be padded to the bucket: the fill writes the padding rows' inert tables itself."""
+        """Fill the meta stage, copy it to the arena, replay; the logits' rows as a view of the arena. The
+        stream need not be padded to the bucket: the fill writes the padding rows' inert tables itself."""
         stage = self.stage(key)
         stage.fill(stream.tokens, stream.meta)
         stage.copy_to(self.buffers.arena)
@@ -236,7 +239,7 @@ class GraphEngine:
         return self.buffers.output(self.plans[key])[: len(stream.meta.reads)]
 
 
-# ---- binding, splitting and packing -------------------------------------------------------------------------
+# ---- binding, splitting and packing ------------------------------------------------------------------------
 
 
 def plan_sizes(plan: Plan) -> Sizes:
@@ -265,10 +268,11 @@ def _fits(need: Sizes, bucket: Bucket) -> bool:
 
 
 def _misfit(need: Sizes, bucket: Bucket) -> str:
-    """What of `need` the bucket does not hold, in words: "300 rows; the largest bucket (r256) holds 256 rows"."""
+    """What of `need` the bucket does not hold, in words: "300 rows; the largest bucket (r256) holds 256
+    rows"."""
     caps = {"rows": bucket.rows, "segments": bucket.segments, "levels": bucket.depth, "reads": bucket.reads,
             "labels per read": bucket.labels}
-    needs = dict(zip(caps, (need.rows, need.segments, need.depth, need.reads, need.labels)))
+    needs = dict(zip(caps, (need.rows, need.segments, need.depth, need.reads, need.labels), strict=True))
     over = [k for k in caps if needs[k] > caps[k]]
     return (f"{', '.join(f'{needs[k]} {k}' for k in over)}; the largest bucket ({bucket.name}) holds "
             f"{', '.join(f'{caps[k]} {k}' for k in over)}")
@@ -295,7 +299,8 @@ def split_plan(plan: Plan, bucket: Bucket) -> list[tuple[Plan, tuple[int, ...]]]
     def labels(reads: list[int]) -> int:
         return max((len(plan.reads[r][1].labels) for r in reads), default=0)
 
-    subtree = [Sizes(len(plan.ids[j]), 1, level[j] + 1, len(own_reads[j]), labels(own_reads[j])) for j in range(n)]
+    subtree = [Sizes(len(plan.ids[j]), 1, level[j] + 1, len(own_reads[j]), labels(own_reads[j]))
+               for j in range(n)]
     for j in reversed(range(n)):  # children come after their parents
         if plan.parents[j] >= 0:
             subtree[plan.parents[j]] = combine(subtree[plan.parents[j]], subtree[j])
@@ -411,7 +416,8 @@ class Program:
     def tree(self, name: str | None = None) -> TreeRuntime:
         if name is None:
             if len(self.trees) != 1:
-                raise FlideError(f"the artifact has {len(self.trees)} trees ({', '.join(self.trees)}): name one")
+                raise FlideError(f"the artifact has {len(self.trees)} trees ({', '.join(self.trees)}): "
+                                 "name one")
             return next(iter(self.trees.values()))
         if name not in self.trees:
             raise FlideError(f"the artifact has no tree `{name}` (it has {', '.join(self.trees)})")
@@ -459,7 +465,7 @@ class Program:
             raise InstanceError([f"the stream needs {_misfit(need, t.largest)}"])
         return self._submit(t.tree.name, chosen, stream).result()
 
-    # -- internals --------------------------------------------------------------------------------------------
+    # -- internals -------------------------------------------------------------------------------------------
 
     def _submit(self, tree: str, bucket: Bucket | None, stream: Stream) -> Pending:
         assert bucket is not None or not self.engine.needs_bucket
@@ -495,7 +501,7 @@ class Program:
         walker = _TemplateWalker(t.tree, t.program.template, self.fmt)
         for i, inst in enumerate(instances):
             try:
-                validate_instance(t.tree, inst)  # token bounds are the template slots' (enforced by the walker)
+                validate_instance(t.tree, inst)  # the spec's token bounds: the walker counts them in a batch
                 if not isinstance(inst, Mapping) or t.tree.state.name not in inst:
                     raise InstanceError([f"{t.tree.state.name}: missing"])
                 plan, shape = walker.plan(inst)
@@ -577,7 +583,8 @@ def _cheapest_prefix(group: list[_Piece], t: TreeRuntime) -> tuple[int, Bucket]:
     (bucket rows + FIXED_ROWS) / used rows, the longest of those, and its bucket."""
     needs = list(accumulate((p.sizes for p in group), combine))
     buckets = [t.program.bucket_for(n) for n in needs]
-    cost = [Fraction(b.rows + FIXED_ROWS, n.rows) for b, n in zip(buckets, needs)]  # type: ignore[union-attr]
+    cost = [Fraction(b.rows + FIXED_ROWS, n.rows)  # type: ignore[union-attr]
+            for b, n in zip(buckets, needs, strict=True)]
     k = min(range(len(group)), key=lambda k: (cost[k], -k))
     return k + 1, buckets[k]  # type: ignore[return-value]
 
@@ -593,22 +600,27 @@ def _padded(stream: Stream, rows: int) -> Stream:
     return Stream(tokens, pad_meta(meta, rows))
 
 
-# ---- loading ------------------------------------------------------------------------------------------------
+# ---- loading -----------------------------------------------------------------------------------------------
 
 
 def load(artifact: str | Path, device: str | torch.device = "cuda", *, dtype: str | None = None,
-         served_name: str | None = None, graphs: bool = True, launcher: Launcher | None = None) -> Program:
+         served_name: str | None = None, graphs: bool = True, launcher: Launcher | None = None,
+         verify_weights: bool = True) -> Program:
     """Load an artifact for `device`. CUDA: the artifact's target must be this GPU's (sm_XY) and complete;
     its recordings become CUDA graphs, each captured at its bucket's first use (`graphs=False`: eager launches
-    of the same kernels). CPU: the reference executor in `dtype` (default fp32) runs any artifact's model.
-    ArtifactError says why not."""
+    of the same kernels); `dtype`, if given, must be the recordings' weight dtype. CPU: the reference executor
+    in `dtype` (default fp32) runs any artifact's model. Every file is hashed against the manifest, the
+    weights too unless `verify_weights=False` (a trusted in-place swap of same-sized weights: hashing costs a
+    few seconds a GB). ArtifactError says why not."""
     directory = Path(artifact)
     device = torch.device(device)
+    if dtype is not None and dtype not in DTYPES:
+        raise ArtifactError(f"dtype {dtype!r}: expected one of {', '.join(DTYPES)}")
     if device.type == "cuda":
         major, minor = torch.cuda.get_device_capability(device)
-        manifest = load_manifest(directory, target=f"sm_{major}{minor}")
-    else:
-        manifest = load_manifest(directory, allow_incomplete=True)  # the reference executor needs no kernel
+        manifest = load_manifest(directory, target=f"sm_{major}{minor}", verify_weights=verify_weights)
+    else:  # the reference executor needs no kernel
+        manifest = load_manifest(directory, allow_incomplete=True, verify_weights=verify_weights)
     spec = spec_from_json(json.loads((directory / "tree.json").read_text(encoding="utf-8")))
     program = parse_program((directory / "program.txt").read_text(encoding="utf-8"))
     if spec.format.name != "next_token":
@@ -618,11 +630,11 @@ def load(artifact: str | Path, device: str | torch.device = "cuda", *, dtype: st
     fmt = NextTokenFormat(load_tokenizer(directory / "tokenizer"))
     by_name = {t.name: t for t in spec.trees}
     trees = {t.name: TreeRuntime(by_name[t.name], t) for t in program.trees}
-    model_dir = weights_dir(directory, manifest)
+    model_dir = weights_dir(directory, manifest, verify_weights=verify_weights)
     if served_name is None:
         served_name = (directory if manifest["model"]["weights"] == "weights" else model_dir).name
     if device.type == "cuda":
-        engine: Engine = _graph_engine(directory, manifest, model_dir, device, launcher, graphs)
+        engine: Engine = _graph_engine(directory, manifest, model_dir, device, launcher, graphs, dtype)
     else:
         if launcher is not None:
             engine = _graph_engine(directory, manifest, model_dir, device, launcher, graphs=False)
@@ -632,7 +644,7 @@ def load(artifact: str | Path, device: str | torch.device = "cuda", *, dtype: st
 
 
 def _graph_engine(directory: Path, manifest: Mapping[str, Any], model_dir: Path, device: torch.device,
-                  launcher: Launcher | None, graphs: bool) -> GraphEngine:
+                  launcher: Launcher | None, graphs: bool, dtype: str | None = None) -> GraphEngine:
     from flidec.models.weights import load_weights
 
     plans: dict[str, RecordingPlan] = {}
@@ -645,9 +657,14 @@ def _graph_engine(directory: Path, manifest: Mapping[str, Any], model_dir: Path,
     records = manifest.get("kernels", {})
     missing = sorted(used - set(records))
     if missing:
-        raise ArtifactError(f"{directory}: the recordings use kernels the manifest does not list: {missing[:3]}")
+        raise ArtifactError(f"{directory}: the recordings use kernels the manifest does not list: "
+                            f"{missing[:3]}")
     kernels = {key: read_kernel(directory / "kernels", records[key]["digest"]) for key in sorted(used)}
     dtypes = {b.torch_dtype for p in plans.values() for b in p.buffers if b.region == "weight"}
+    if dtype is not None and DTYPES[dtype] not in dtypes:  # the recordings fix it: refused, never ignored
+        names = ", ".join(sorted(k for k, v in DTYPES.items() if v in dtypes))
+        raise ArtifactError(f"{directory}: dtype {dtype}: this {manifest['target']} artifact's kernels run "
+                            f"{names or 'no known dtype'}; leave the dtype out or recompile")
     weights = load_weights(model_dir, torch.float32 if torch.float32 in dtypes else torch.bfloat16)
     if launcher is None:
         from flidec.runtime.launch import CudaLauncher

@@ -4,7 +4,9 @@ Consumes a tree (for its ask nodes and instance validation), its segment templat
 fold_prompt_text and dedup_prefixes left it) and a BindFormat; produces the same runtime.binder.Bound the
 plain binder does. Constant pieces come from the template as they are; slots are filled from the instance
 through the format (root/text/ask pieces, trimmed by the constant ids the template holds around them) and
-refused when over their compiled bound. A segment that binds to no tokens is dropped and its children hang
+refused when over their compiled bound; first, every token bound the spec declares is checked exactly as
+`flidec run SPEC` checks it (ir/instance.validate_instance, the same errors), its texts counted in the
+instance's one tokenizer batch. A segment that binds to no tokens is dropped and its children hang
 off its parent (E3: the cut of a path never changes its bits). An instance is walked in two steps: first
 its segments as drafts (constant ids and slots still to tokenize), then, after one batch tokenizes every
 bound text of the instance (BindFormat.encode_texts), the plan itself. Packing and read order are the plain
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
 
 from flidec.ir.errors import InstanceError
@@ -88,11 +91,16 @@ class _TemplateWalker:
         self.asks = ask_paths(tree)
 
     def plan(self, instance: Mapping) -> tuple[Plan, Shape]:
+        """The instance's plan, after the spec's every token bound is checked as `flidec run SPEC` checks it
+        (the same InstanceError); the slots' compiled bounds are checked too. `instance` must have passed
+        validate_instance's structural checks (without a token counter)."""
         self.drafts: dict[str, AskDraftLike] = {}  # per instance: ask path -> its draft (slot and read)
         sketch, shape = _Sketch(), {}
         self.segment(sketch, self.template.root, -1, instance, shape, "", {})
-        texts = sketch.texts() + [t for d in self.drafts.values() for t in d.draft.texts()]
-        encoded = self.fmt.encode_texts(texts)
+        counted = _counted_texts(self.tree, instance)
+        texts = sketch.texts() + [t for d in self.drafts.values() for t in d.draft.texts()] + counted
+        encoded = self.fmt.encode_texts(texts)  # one batch: the pieces' texts and the bounded ones
+        validate_instance(self.tree, instance, lambda text: len(encoded[text]))
         pieces = {path: d.piece(encoded) for path, d in self.drafts.items()}
         plan = Plan()
         at: list[int] = []  # per sketch segment: its plan segment, or its parent's when it has no tokens
@@ -107,8 +115,8 @@ class _TemplateWalker:
 
     def segment(self, sketch: _Sketch, s: SegmentTemplate, parent: int, obj: Mapping,
                 shape: dict, prefix: str, questions: dict) -> None:
-        sketch.segments.append((parent, [self.fill(p, obj, prefix, questions) if isinstance(p, Slot) else p.ids
-                                         for p in s.pieces]))
+        sketch.segments.append((parent, [self.fill(p, obj, prefix, questions) if isinstance(p, Slot)
+                                         else p.ids for p in s.pieces]))
         cur = len(sketch.segments) - 1
         for r in s.reads:
             name = r.ask.rsplit(".", 1)[-1]
@@ -173,6 +181,20 @@ class _TemplateWalker:
         return self.drafts[path], path
 
 
+def _counted_texts(tree: Tree, instance: object) -> list[str]:
+    """The texts validate_instance counts for the instance's token bounds (each bound text, state,
+    instruction, option name and description as rendered), gathered by a pass whose counter records them."""
+    texts: list[str] = []
+
+    def record(text: str) -> int:
+        texts.append(text)
+        return 0
+
+    with suppress(InstanceError):  # zero tokens can be under a minimum: the real count decides, in `plan`
+        validate_instance(tree, instance, record)
+    return texts
+
+
 def _get(obj: Mapping, key: str, kind: type, path: str) -> object:
     if key not in obj:
         raise InstanceError([f"{path}: missing"])
@@ -190,7 +212,7 @@ def bind_template(tree: Tree, template: TreeTemplate, instances: Sequence[object
 
     def plan_one(inst: object) -> tuple[Plan, Shape]:
         if validate:
-            validate_instance(tree, inst, fmt.count_tokens)
+            validate_instance(tree, inst)  # the token bounds: in walker.plan, counted in one batch
         if not isinstance(inst, Mapping) or tree.state.name not in inst:
             raise InstanceError([f"{tree.state.name}: missing"])
         plan, shape = walker.plan(inst)

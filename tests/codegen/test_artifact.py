@@ -58,7 +58,8 @@ def gpu_artifacts(tmp_path_factory, tiny_checkpoint) -> tuple[Path, dict]:
     script.write_text(GPU_BUILD)
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_CACHE_DIR"] = str(work / "triton-cache")
-    run = subprocess.run([sys.executable, str(script), str(EXAMPLES), str(tiny_checkpoint), str(work), *NAMES],
+    run = subprocess.run([sys.executable, str(script), str(EXAMPLES), str(tiny_checkpoint), str(work),
+                          *NAMES],
                          env=env, capture_output=True, text=True, timeout=900, check=False)
     assert run.returncode == 0, run.stderr[-3000:]
     report = json.loads(run.stdout.strip().splitlines()[-1])
@@ -82,6 +83,7 @@ def test_every_example_compiles_for_cpu(cpu_artifacts, name) -> None:
     m = load_manifest(cpu_artifacts / name, target="cpu")
     assert m["complete"] and m["target"] == "cpu" and m["buckets"] and not m["kernels"]
     assert {"tree.json", "program.txt", "tokenizer/tokenizer.json", "model/config.json"} <= set(m["files"])
+    assert m["flidec_artifact"] == 4 and set(m["model"]["weight_sha256"]) == set(m["model"]["weight_sizes"])
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -102,7 +104,8 @@ def test_every_example_compiles_for_sm90(gpu_artifacts, name) -> None:
             assert (work / name / "kernels" / f"{m['kernels'][key]['digest']}.cubin").exists()
 
 
-def test_compiling_twice_gives_identical_bytes(gpu_artifacts, cpu_artifacts, tiny_checkpoint, tmp_path) -> None:
+def test_compiling_twice_gives_identical_bytes(gpu_artifacts, cpu_artifacts, tiny_checkpoint,
+                                               tmp_path) -> None:
     work, _ = gpu_artifacts
     assert tree_files(work / NAMES[0]) == tree_files(work / f"{NAMES[0]}-again")
     compile_artifact(EXAMPLES / f"{NAMES[0]}.flide", tiny_checkpoint, "cpu", tmp_path / "again")
@@ -140,7 +143,8 @@ def test_corrupted_file_is_refused(copy) -> None:
     program.write_text(program.read_text() + " ")
     with pytest.raises(ArtifactError) as e:
         load_manifest(copy)
-    assert str(e.value) == f"{copy}: program.txt does not match its sha256 in the manifest (corrupted artifact)"
+    want = f"{copy}: program.txt does not match its sha256 in the manifest (corrupted artifact)"
+    assert str(e.value) == want
     (copy / "tree.json").unlink()
     with pytest.raises(ArtifactError, match=r": program.txt does not match|: tree.json is missing"):
         load_manifest(copy)
@@ -152,7 +156,8 @@ def test_wrong_target_and_version_are_refused(copy) -> None:
     manifest = json.loads((copy / "manifest.json").read_text())
     manifest["versions"]["flidec"] = "0.0.1"
     (copy / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(ArtifactError, match=r"built by flidec 0.0.1, this runtime is flidec 0.1.0; recompile it$"):
+    with pytest.raises(ArtifactError, match=r"built by flidec 0.0.1, this runtime is flidec 0.1.0; "
+                                            r"recompile it$"):
         load_manifest(copy)
     (copy / "manifest.json").write_text("{not json")
     with pytest.raises(ArtifactError, match="unreadable manifest"):
@@ -169,9 +174,16 @@ def test_referenced_weights_are_checked_against_the_compiled_model(tiny_checkpoi
     m = load_manifest(out, target="cpu")
     assert weights_dir(out, m) == model.resolve()
     weights = model / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1  # rewritten in place with the same size: caught by its sha256 (format 4)
+    weights.write_bytes(bytes(data))
+    with pytest.raises(ArtifactError, match=r"model.safetensors does not match its sha256 in the manifest"):
+        weights_dir(out, m)
+    assert weights_dir(out, m, verify_weights=False) == model.resolve()  # a trusted swap: sizes only
     with open(weights, "ab") as f:  # the same name, another size
         f.write(b"\0")
-    with pytest.raises(ArtifactError, match=r"model.safetensors has \d+ bytes, the compiled one had \d+; recompile"):
+    with pytest.raises(ArtifactError, match=r"model.safetensors has \d+ bytes, the compiled one had \d+; "
+                                            r"recompile"):
         weights_dir(out, m)
     weights.unlink()
     with pytest.raises(ArtifactError, match=r"model.safetensors is missing; recompile the artifact against"):
@@ -194,7 +206,8 @@ def test_cpu_artifact_answers_with_the_reference_executor(tiny_checkpoint, tmp_p
     fmt = make_format(spec.format, load_tokenizer(out / "tokenizer"))
     model = Qwen35.from_pretrained(weights_dir(out, m), torch.bfloat16)
     direct = Qwen35.from_pretrained(tiny_checkpoint, torch.bfloat16)
-    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), direct.state_dict().values()))
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), direct.state_dict().values(),
+                                                        strict=True))
     instance = {"ticket": "Charged twice.", "checks": {"a": {"instructions": "Urgent?"}}}
     bound = bind(spec.trees[0], [instance], fmt)
     logits = ReferenceExecutor(torch.fx.symbolic_trace(model)).run_stream(bound.stream)
@@ -211,10 +224,11 @@ def test_inspect_shows_manifest_buckets_and_kernels(gpu_artifacts, capsys) -> No
     assert "fork_attention_kernel" in text and "shared" in text
 
 
-def test_output_directory_must_be_empty_and_dump_ir_names_a_pass(cpu_artifacts, tiny_checkpoint, capsys) -> None:
-    assert main(["compile", str(EXAMPLES / "classifier.flide"), "--model", str(tiny_checkpoint), "--target", "cpu",
-                 "-o", str(cpu_artifacts / "classifier")]) == 1
-    assert capsys.readouterr().err.endswith("classifier: the output directory is not empty\n")
-    assert main(["compile", str(EXAMPLES / "classifier.flide"), "--model", str(tiny_checkpoint), "--target", "cpu",
-                 "-o", str(cpu_artifacts / "x"), "--dump-ir", "after=nope"]) == 1
+def test_output_directory_must_be_empty_and_dump_ir_names_a_pass(cpu_artifacts, tiny_checkpoint,
+                                                                 capsys) -> None:
+    compile_args = ["compile", str(EXAMPLES / "classifier.flide"), "--model", str(tiny_checkpoint),
+                    "--target", "cpu", "-o"]
+    assert main([*compile_args, str(cpu_artifacts / "classifier")]) == 1
+    assert "classifier: the output directory is not empty" in capsys.readouterr().err
+    assert main([*compile_args, str(cpu_artifacts / "x"), "--dump-ir", "after=nope"]) == 1
     assert "--dump-ir after=nope: no such pass" in capsys.readouterr().err

@@ -27,7 +27,8 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def sample() -> list[dict]:
-    return [json.loads(line) for line in (EXAMPLES / "systemone.jsonl").read_text(encoding="utf-8").splitlines()]
+    text = (EXAMPLES / "systemone.jsonl").read_text(encoding="utf-8")
+    return [json.loads(line) for line in text.splitlines()]
 
 
 def question(i: int) -> dict:
@@ -58,7 +59,7 @@ def test_answers_equal_flidec_run(program, answerer) -> None:
 def test_logits_equal_the_reference_executor_bitwise(program, answerer) -> None:
     instances = sample()[:3]
     got = program.label_logits(instances)
-    for inst, logits in zip(instances, got):
+    for inst, logits in zip(instances, got, strict=True):
         bound = bind(answerer.tree, [inst], answerer.fmt)
         want = answerer.executor.run_stream(bound.stream)
         assert torch.equal(logits, want), "the runtime's logits differ from flidec run's"
@@ -78,7 +79,8 @@ def test_a_one_question_instance_runs_as_its_plain_pass_with_the_forked_bits(pro
         bound = bind(answerer.tree, [inst], answerer.fmt)
         (plain,) = plain_streams(bound)
         assert len(bound.stream.meta.segments) == 2 and len(submitted[-1].meta.segments) == 1
-        assert torch.equal(submitted[-1].tokens, plain.tokens) and submitted[-1].meta.reads == plain.meta.reads
+        assert torch.equal(submitted[-1].tokens, plain.tokens)
+        assert submitted[-1].meta.reads == plain.meta.reads
         assert torch.equal(got, answerer.executor.run_stream(bound.stream))
         assert torch.equal(got, answerer.executor.run_stream(plain))
 
@@ -93,7 +95,7 @@ def test_packing_never_changes_an_instance(program) -> None:
         (alone,) = program.label_logits([inst])
         assert torch.equal(alone, together[i])
     reordered = program.label_logits(instances[::-1])
-    assert all(torch.equal(a, b) for a, b in zip(reordered, together[::-1]))
+    assert all(torch.equal(a, b) for a, b in zip(reordered, together[::-1], strict=True))
 
 
 def test_bad_rows_are_errors_in_place(program) -> None:
@@ -125,7 +127,8 @@ class _Batches:
 
 def test_an_instance_is_tokenized_in_one_batch(program, qwen_tokenizer) -> None:
     """The template walker drafts every piece, then tokenizes all the instance's bound text in one call (the
-    long state as runs); the paths are the plain binder's, which tokenizes each piece on its own."""
+    long state as runs), with the texts the spec's token bounds count; the paths are the plain binder's,
+    which tokenizes each piece on its own."""
     t = program.tree()
     tokenizer = _Batches(qwen_tokenizer)
     fmt = NextTokenFormat(tokenizer)
@@ -135,9 +138,13 @@ def test_an_instance_is_tokenized_in_one_batch(program, qwen_tokenizer) -> None:
     plan, _ = _TemplateWalker(t.tree, t.program.template, fmt).plan(inst)
     (batch,) = tokenizer.batches
     lines = ["Question: Is it long?\n", "yes\n", "no\n", "Question: Which?\n", "A: x - ex\n", "B: y\n"]
-    assert batch[-len(lines):] == lines  # every bound line of both questions, each on its own
-    state = batch[: -len(lines)]
+    at = batch.index(lines[0])
+    assert batch[at : at + len(lines)] == lines  # every bound line of both questions, each on its own
+    state = batch[:at]
     assert len(state) > 4 and "".join(state) == "user\n" + inst["state"] + "\n\n"  # the root text as runs
+    counted = batch[at + len(lines):]  # what the bounds count: the state (as runs), instructions, options
+    assert "".join(counted) == inst["state"] + "Is it long?" + "Which?" + "x" + "ex" + "y"
+    assert len(counted) > 5
     _check_paths(plan, Walker(t.tree, program.fmt, verify=True).plan(inst)[0])
 
 
