@@ -113,12 +113,15 @@ def _tree_dot(a: np.ndarray, b: np.ndarray, acc: np.ndarray) -> np.ndarray:
     dtype = acc.dtype
     k = a.shape[-1]
     width = 1 << max(k - 1, 0).bit_length()  # K padded to a power of two: adding the zero pad is exact
-    terms = np.zeros((*a.shape[:-1], width, b.shape[-1]), dtype)
-    terms[..., :k, :] = a.astype(dtype)[..., :, :, None] * b.astype(dtype)[..., None, :, :]
+    # K leads, so each halving adds two contiguous blocks in place
+    terms = np.empty((width, *acc.shape), dtype)
+    terms[k:] = 0
+    a_k, b_k = np.moveaxis(a.astype(dtype), -1, 0), np.moveaxis(b.astype(dtype), -2, 0)
+    np.multiply(a_k[..., None], b_k[..., None, :], out=terms[:k])
     while width > 1:
         width //= 2
-        terms = terms[..., :width, :] + terms[..., width:, :]
-    return terms[..., 0, :] + acc
+        terms[:width] += terms[width : 2 * width]
+    return terms[0] + acc
 
 
 def _widen_bf16(h: interpreter.TensorHandle) -> interpreter.TensorHandle:
