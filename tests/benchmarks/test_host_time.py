@@ -1,4 +1,5 @@
-"""benchmarks/host_time.py: the Program it builds around a ZeroEngine runs the host path whole (no weights)."""
+"""benchmarks/host_time.py: the Program it builds around a ZeroEngine runs the host path whole (no
+weights)."""
 
 from __future__ import annotations
 

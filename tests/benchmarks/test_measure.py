@@ -34,7 +34,8 @@ class Scripted:
 
     def run(self, w: Work, instances, offline: bool):
         self.calls += 1
-        time.sleep((self.compile_s if self.calls == 1 else 0) + self.per_token_s * w.tokens(instances, "solo"))
+        compile_s = self.compile_s if self.calls == 1 else 0
+        time.sleep(compile_s + self.per_token_s * w.tokens(instances, "solo"))
         return {r: torch.zeros(2) for r in w.read_ids(instances)}
 
 

@@ -27,9 +27,9 @@ def test_sweep_checks_each_variant_in_its_own_process(script, tmp_path) -> None:
     out = tmp_path / "tiles.json"
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     heads = "4,2,32" if script == "attention_tiles.py" else "2,4,16"  # the tiny checkpoint's shapes
-    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "--forests", "tiny", "--heads", heads,
-                          "--variants", f"{variant};no_such_field=1", "--out", str(out)], env=env,
-                         capture_output=True, text=True, timeout=600, check=True)
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "--forests", "tiny",
+                          "--heads", heads, "--variants", f"{variant};no_such_field=1", "--out", str(out)],
+                         env=env, capture_output=True, text=True, timeout=600, check=True)
     rows = json.loads(out.read_text())
     assert [r["variant"] for r in rows] == ["default", variant, "no_such_field=1"]
     for r in rows[:2]:

@@ -16,8 +16,8 @@ import torch
 
 if not torch.cuda.is_available():
     if "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
-        raise RuntimeError("triton was imported before tests/codegen/conftest.py could set TRITON_INTERPRET=1; "
-                           "set it in the environment instead")
+        raise RuntimeError("triton was imported before tests/codegen/conftest.py could set "
+                           "TRITON_INTERPRET=1; set it in the environment instead")
     os.environ["TRITON_INTERPRET"] = "1"
 
 

@@ -39,7 +39,8 @@ def device_descriptor_kernel(x_ptr, n, B: tl.constexpr):
 out = Path(sys.argv[1])
 hq, hkv, d = 8, 2, 256
 attention = AttentionSpec(torch.bfloat16, hq, hkv, d, depth=3, has_gate=True,
-                          strides=((2 * hq * d, 2 * d), (hkv * d, d), (hkv * d, d), (2 * hq * d, 2 * d), (hq * d, d)))
+                          strides=((2 * hq * d, 2 * d), (hkv * d, d), (hkv * d, d), (2 * hq * d, 2 * d),
+                                   (hq * d, d)))
 gemm = GemmSpec(torch.bfloat16, n=3584, k=1024, strides=(1024, 1024, 3584),
                 tiles=tiles_for(torch.bfloat16, 8192, 8192))
 report = {}
@@ -49,7 +50,8 @@ for name, fn, spec in (("attention", fork_attention_kernel, attention), ("gemm",
     k = aot.compile_kernel(fn, spec.signature(), spec.constexprs(), target="sm_90",
                            num_warps=spec.tiles.num_warps, num_stages=spec.tiles.num_stages)
     report[name] = {"digest": aot.write_kernel(k, out), "seconds": time.perf_counter() - t,
-                    "signature": spec.signature(), "constexprs": spec.constexprs(), "num_warps": spec.tiles.num_warps}
+                    "signature": spec.signature(), "constexprs": spec.constexprs(),
+                    "num_warps": spec.tiles.num_warps}
 k = aot.compile_kernel(device_descriptor_kernel, {"x_ptr": "*fp32", "n": "i32", "B": "constexpr"}, {"B": 64})
 report["descriptor"] = {"digest": aot.write_kernel(k, out)}
 print(json.dumps(report))

@@ -38,7 +38,7 @@ def launch_cubin(k: CompiledKernel, grid: tuple[int, ...], *args) -> None:
     print(f"{k.name}: {kernel.attributes.num_regs} registers, {kernel.attributes.local_size_bytes} B local "
           f"(spills), {k.shared} B shared")
     values = []
-    for (name, typ), a in zip(k.params, args, strict=True):
+    for (_name, typ), a in zip(k.params, args, strict=True):
         values.append(a.data_ptr() if typ.startswith("*") else _NUMPY[typ](a))
     # global scratch for device-built TMA descriptors (codegen/gemm.py PERSISTENT), as the engine provides it
     need = scratch_bytes(k, grid3(grid))
@@ -84,10 +84,10 @@ def test_attention_cubin_is_exact_and_matches_naive() -> None:
 
 @pytest.mark.parametrize("n, kdim", [(3584, 1024), (1024, 3584)])
 def test_gemm_cubins_are_batch_invariant_across_every_rung(n, kdim) -> None:
-    """Each rung of gemm.TILES is batch invariant on its own, and every rung gives the same bits (what lets the
-    tiles depend on the bucket's rows under E3). 1,100 rows are 9 row tiles of 128: the grouped order's full
-    group of 8 and a partial one. A grid over all rows whose rows pointer holds fewer (gemm.py ROWS) writes
-    those rows' bits and nothing past them."""
+    """Each rung of gemm.TILES is batch invariant on its own, and every rung gives the same bits (what lets
+    the tiles depend on the bucket's rows under E3). 1,100 rows are 9 row tiles of 128: the grouped order's
+    full group of 8 and a partial one. A grid over all rows whose rows pointer holds fewer (gemm.py ROWS)
+    writes those rows' bits and nothing past them."""
     g = torch.Generator().manual_seed(0)
     x = (torch.randn(1100, kdim, generator=g) * 4).bfloat16().cuda()  # wide exponents: rounding shows
     w = (torch.randn(n, kdim, generator=g) / kdim**0.5).bfloat16().cuda()

@@ -27,7 +27,7 @@ def forest(nodes: list[tuple[int, int]], gaps: list[int]) -> StreamMeta:
     trailing gap when gaps is one longer)."""
     segs: list[Segment] = []
     row = 0
-    for (parent, length), gap in zip(nodes, gaps):
+    for (parent, length), gap in zip(nodes, gaps, strict=False):
         row += gap
         pos0 = 0 if parent < 0 else segs[parent].end
         level = 0 if parent < 0 else segs[parent].level + 1
@@ -71,7 +71,8 @@ def naive_fork_attention(q, k, v, meta: StreamMeta, gate=None) -> torch.Tensor:
     return out
 
 
-def inputs(meta: StreamMeta, hq: int, hkv: int, d: int, dtype: torch.dtype, device: torch.device, seed: int = 0):
+def inputs(meta: StreamMeta, hq: int, hkv: int, d: int, dtype: torch.dtype, device: torch.device,
+           seed: int = 0):
     g = torch.Generator().manual_seed(seed)
     t = meta.num_rows
     q, k, v, gate = (torch.randn(t, h, d, generator=g) for h in (hq, hkv, hkv, hq))
@@ -133,7 +134,8 @@ def test_fork_attention_is_exact(dtype, fork_on_64, device) -> None:
     leaves = [i for i in range(len(meta.segments)) if all(s.parent != i for s in meta.segments)]
     for leaf in leaves:
         rows = path_rows(meta, leaf).to(device)
-        plain_meta = build_meta((Segment(start=0, length=len(rows), pos0=0, parent=-1, level=0),), (), len(rows))
+        plain_meta = build_meta((Segment(start=0, length=len(rows), pos0=0, parent=-1, level=0),), (),
+                                len(rows))
         plain = fork_attention(q[rows], k[rows], v[rows], plain_meta, gate[rows])
         assert torch.equal(out[rows], plain), f"path to segment {leaf} differs from its plain stream"
 

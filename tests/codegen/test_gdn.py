@@ -286,7 +286,7 @@ def test_chunk_work_matches_the_signatures(dk, dv) -> None:
     for sig, parts in ((spec.prep_signature(), ChunkWork.PREP_PARTS),
                        (spec.state_signature(), ChunkWork.STATE_PARTS),
                        (spec.out_signature(), ChunkWork.OUT_PARTS)):
-        want = {name: dtypes[x.dtype] for name, x in zip(parts, work.parts(parts))}
+        want = {name: dtypes[x.dtype] for name, x in zip(parts, work.parts(parts), strict=True)}
         assert {name: sig[name] for name in parts} == want
     assert spec.split == (dv == 128 and dk >= 64)
     assert (spec.tiles.dot, spec.tiles.out_dot) == (("bf16x3",) * 2 if spec.split else ("tf32x3",) * 2)

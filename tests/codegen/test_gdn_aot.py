@@ -20,8 +20,8 @@ from flidec.codegen import aot
 from flidec.runtime.launch import read_kernel
 
 # 0.8B linear attention: 16 key and 16 value heads of 128, q/k/v read in place from the conv output
-# [T, 2 * 16 * 128 + 16 * 128]; g and beta fp32 [T, 16] (fused: the projections a, b in bf16); the gated norm's
-# z a [T, 16 * 128] projection.
+# [T, 2 * 16 * 128 + 16 * 128]; g and beta fp32 [T, 16] (fused: the projections a, b in bf16); the gated
+# norm's z a [T, 16 * 128] projection.
 BUILD = '''
 import dataclasses, json, subprocess, sys, time
 from pathlib import Path
@@ -41,7 +41,8 @@ normed = dataclasses.replace(gdn, norm=GdnNorm(torch.bfloat16, torch.bfloat16, (
 conv = ConvSpec(torch.bfloat16, torch.bfloat16, conv_dim, (conv_dim, 4, conv_dim))
 specs = {
     "gdn_prep": (gdn_prep_kernel, gdn.prep_signature(), gdn.prep_constexprs(), gdn.tiles.prep_warps),
-    "gdn_prep_fused": (gdn_prep_kernel, fused.prep_signature(), fused.prep_constexprs(), fused.tiles.prep_warps),
+    "gdn_prep_fused": (gdn_prep_kernel, fused.prep_signature(), fused.prep_constexprs(),
+                       fused.tiles.prep_warps),
     "gdn_state": (gdn_state_kernel, gdn.state_signature(), gdn.state_constexprs(), gdn.tiles.state_warps),
     "gdn_out": (gdn_out_kernel, gdn.out_signature(), gdn.out_constexprs(), gdn.tiles.out_warps),
     "gdn_out_norm": (gdn_out_kernel, normed.out_signature(), normed.out_constexprs(), normed.tiles.out_warps),
@@ -78,7 +79,8 @@ def built(tmp_path_factory) -> tuple[Path, dict]:
     return work / "kernels", report
 
 
-@pytest.mark.parametrize("name", ["gdn_prep", "gdn_prep_fused", "gdn_state", "gdn_out", "gdn_out_norm", "conv"])
+@pytest.mark.parametrize("name",
+                         ["gdn_prep", "gdn_prep_fused", "gdn_state", "gdn_out", "gdn_out_norm", "conv"])
 def test_gdn_and_conv_kernels_compile_for_sm90(built, name) -> None:
     directory, report = built
     k = read_kernel(directory, report[name]["digest"])

@@ -47,7 +47,8 @@ def kernels(request) -> tuple[GdnSpec, dict[object, CompiledKernel], CompiledKer
     gdn = {fn: aot.compile_kernel(fn, sig, constexprs, num_warps=warps, num_stages=stages)
            for fn, sig, constexprs, warps, stages in (
                (gdn_prep_kernel, spec.prep_signature(), spec.prep_constexprs(), t.prep_warps, 1),
-               (gdn_state_kernel, spec.state_signature(), spec.state_constexprs(), t.state_warps, t.state_stages),
+               (gdn_state_kernel, spec.state_signature(), spec.state_constexprs(), t.state_warps,
+                t.state_stages),
                (gdn_out_kernel, spec.out_signature(), spec.out_constexprs(), t.out_warps, 1))}
     return spec, gdn, aot.compile_kernel(fork_conv_kernel, conv.signature(), conv.constexprs(),
                                          num_warps=conv.tiles.num_warps, num_stages=conv.tiles.num_stages)

@@ -1,6 +1,6 @@
-"""Batch-invariant GEMM: agrees with torch, and a row's bits depend neither on M nor on the row's tile; a group
-launch gives each member exactly its own launch's bits, and the SwiGLU epilogue those of the product of the
-two stored projections."""
+"""Batch-invariant GEMM: agrees with torch, and a row's bits depend neither on M nor on the row's tile; a
+group launch gives each member exactly its own launch's bits, and the SwiGLU epilogue those of the product
+of the two stored projections."""
 
 from __future__ import annotations
 
@@ -111,7 +111,7 @@ def test_launches_compute_only_the_rows_their_rows_pointer_holds(group_m, progra
         for kernel, spec, args in launches:
             eager.launch(kernel, spec.grid(bucket), *args, device=device, num_warps=spec.tiles.num_warps,
                          num_stages=spec.tiles.num_stages, **spec.constexprs())
-        for got, want in zip((y, y0, y1, fused), (alone[0], *alone[1], alone[2])):
+        for got, want in zip((y, y0, y1, fused), (alone[0], *alone[1], alone[2]), strict=True):
             assert torch.equal(got[:used], want), used
             assert got[used:].isnan().all(), f"rows past {used} were written"
 
@@ -231,7 +231,7 @@ def test_group_members_equal_their_own_launches(dtype, ns, device) -> None:
         x = torch.randn(m, 96, generator=g).to(dtype).to(device)
         outs = linear_group(x, weights)
         assert len(outs) == len(ns)
-        for w, y in zip(weights, outs):
+        for w, y in zip(weights, outs, strict=True):
             assert not y.isnan().any() and torch.equal(y, linear(x, w)), f"a member differs at M={m}"
 
 

@@ -103,7 +103,8 @@ def test_gather_rows_and_embedding_are_exact(dtype) -> None:
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_gdn_gates_match_reference(dtype) -> None:
-    a, b = rand(20, 4, dtype=dtype, scale=8.0), rand(20, 4, dtype=dtype, seed=1)  # softplus on both sides of 20
+    # softplus on both sides of 20
+    a, b = rand(20, 4, dtype=dtype, scale=8.0), rand(20, 4, dtype=dtype, seed=1)
     a_log, dt_bias = rand(4, dtype=dtype, seed=2), rand(4, dtype=dtype, seed=3)
     g, beta = nan_like(a, torch.float32), nan_like(b, torch.float32)
     run(pw.emit_gdn_gate(a, g, a_log, dt_bias))
@@ -165,7 +166,7 @@ def test_launches_compute_only_the_tokens_their_rows_pointer_holds() -> None:
     run(pw.emit_add_rms_norm(flat, other, w.repeat(3), total, normed, 1e-6, rows))
     alone = nan_like(flat[:live]), nan_like(flat[:live])
     run(pw.emit_add_rms_norm(flat[:live], other[:live], w.repeat(3), *alone, 1e-6))
-    for got, want in zip((total, normed), alone):
+    for got, want in zip((total, normed), alone, strict=True):
         assert torch.equal(got[:live], want) and got[live:].isnan().all()
     with pytest.raises(ValueError, match="takes its rows pointer from the stream's meta"):
         pw.emit_rms_norm(x.to("meta"), w.to("meta"), x.to("meta"), 1e-6)

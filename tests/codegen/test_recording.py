@@ -19,6 +19,7 @@ from flidec.passes import graph
 from flidec.passes.manager import run
 from flidec.passes.pipeline import GRAPH_PIPELINE  # registers the passes
 from flidec.runtime.meta import Read, Segment, build_meta, linear_stream, pad_meta
+from flidec.runtime.recording import recording_from_json, write_recording
 from flidec.runtime.reference.tolerance import TOLERANCE
 
 PIPELINE = list(GRAPH_PIPELINE)
@@ -49,8 +50,8 @@ def forked():
 def test_recording_is_complete_and_round_trips(model) -> None:
     _, rec, _ = model
     assert rec.missing == () and rec.complete
-    blob = recording.write_recording(rec)
-    assert recording.recording_from_json(json.loads(blob)) == rec
+    blob = write_recording(rec)
+    assert recording_from_json(json.loads(blob)) == rec
     assert json.loads(blob)["complete"] is True
     ops = [s.op for s in rec.steps]
     assert ops.count("fork_attention_gated") == 1
@@ -118,12 +119,14 @@ def test_a_bucket_with_as_many_reads_as_rows_bounds_its_gemms_by_both() -> None:
     reads = tuple(Read(0, (1, 2)) for _ in range(5))  # five reads of one row: more reads than rows
     meta = build_meta((Segment(0, 3, 0, -1, 0),), reads, 3)
     req = tables.FillRequest("stream_rows_or_reads", "live_rows(stream=1,reads=1)", (1,))
-    assert tables.fill_meta([req], torch.zeros(3, dtype=torch.int64), meta, ctx.bucket)[req.name].tolist() == [5]
+    filled = tables.fill_meta([req], torch.zeros(3, dtype=torch.int64), meta, ctx.bucket)
+    assert filled[req.name].tolist() == [5]
 
 
 def test_gdn_launches_a_prep_one_state_walk_per_level_then_the_outputs_on_the_bucket_tables(model) -> None:
     _, rec, _ = model
-    gdn = [s for s in rec.steps if s.op == "fork_gdn_normed"]  # gates computed in the prep, norm in the outputs
+    # gates computed in the prep, norm in the outputs
+    gdn = [s for s in rec.steps if s.op == "fork_gdn_normed"]
     per_layer = 2 + BUCKET.depth
     assert len(gdn) == 3 * per_layer  # three GDN layers
     preps, outs = gdn[::per_layer], gdn[per_layer - 1 :: per_layer]
@@ -131,7 +134,8 @@ def test_gdn_launches_a_prep_one_state_walk_per_level_then_the_outputs_on_the_bu
     chunks = BUCKET.rows // 64 + 2 * BUCKET.segments  # tables.max_chunks
     assert {len(s.args) for s in preps} == {17} and {len(s.args) for s in walks} == {9}
     assert {len(s.args) for s in outs} == {10}
-    assert {s.grid for s in preps} == {(4, chunks)} and {s.grid for s in outs} == {(4, chunks)}  # Dv 16: one block
+    # Dv 16: one block
+    assert {s.grid for s in preps} == {(4, chunks)} and {s.grid for s in outs} == {(4, chunks)}
     assert [s.args[7].value for s in walks] == [lvl * BUCKET.segments for lvl in range(BUCKET.depth)] * 3
     assert {s.args[8].value for s in walks} == {BUCKET.segments}  # a level's items: where walkers stop
     # 4 value-head blocks a level (Dv 16: one width), each with a program per item here (gdn.WALK_SMS: up to
@@ -159,7 +163,8 @@ def test_gdn_launches_a_prep_one_state_walk_per_level_then_the_outputs_on_the_bu
     assert {tuple(a.buffer for a in s.args[:5]) for s in walks} == {(w.name, u.name, ke.name, decay.name,
                                                                       states.name)}
     assert {tuple(a.buffer for a in s.args[:4]) for s in outs} == {(qe.name, attn.name, u.name, states.name)}
-    assert {s.args[5].buffer for s in outs} == {items.name} and {s.args[6].buffer for s in outs} == {table.name}
+    assert {s.args[5].buffer for s in outs} == {items.name}
+    assert {s.args[6].buffer for s in outs} == {table.name}
 
 
 def test_a_step_without_kernel_is_named_and_refuses_to_play(model, monkeypatch) -> None:
@@ -167,7 +172,7 @@ def test_a_step_without_kernel_is_named_and_refuses_to_play(model, monkeypatch) 
     monkeypatch.delitem(recording.EMITTERS, "fork_gdn_normed")
     rec = recording.record(run(traced, PIPELINE).ir, BUCKET)
     assert rec.missing == ("fork_gdn_normed",)
-    assert json.loads(recording.write_recording(rec))["complete"] is False
+    assert json.loads(write_recording(rec))["complete"] is False
     with pytest.raises(RuntimeError, match="fork_gdn_normed has no kernel"):
         recording.play(rec, *forked(), weights)
 
@@ -184,7 +189,9 @@ def test_arena_buffers_never_overlap_while_live(model) -> None:
         assert b.offset % recording.ALIGN == 0 and b.offset + b.nbytes <= rec.arena_bytes
 
     def span(b):
-        return (0, len(rec.steps)) if b.region == "meta" or b.name == rec.output else (first[b.name], last[b.name])
+        if b.region == "meta" or b.name == rec.output:
+            return (0, len(rec.steps))
+        return (first[b.name], last[b.name])
 
     for i, a in enumerate(arena):
         for b in arena[i + 1:]:

@@ -12,7 +12,8 @@ class Block:
         if name.split(".")[0] in ("lark", "torch"):
             raise ImportError("blocked: " + name)
 sys.meta_path.insert(0, Block())
-import flidec.ir.tree, flidec.ir.errors, flidec.ir.verify, flidec.ir.printer, flidec.ir.serde, flidec.ir.instance
+import flidec.ir.tree, flidec.ir.errors, flidec.ir.verify, flidec.ir.printer, flidec.ir.serde
+import flidec.ir.instance
 assert "lark" not in sys.modules and "torch" not in sys.modules
 print("ok")
 """

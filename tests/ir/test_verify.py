@@ -43,7 +43,8 @@ def test_unknown_format():
 def test_format_needs_style_and_known_options():
     got = errors(tree('ask a: noul "?"'), "model qwen3_5\nformat next_token(labels=2)\n")
     assert got == [
-        (2, 1, "format next_token has no option `labels`", 'its one option is style: next_token(style="vllm")'),
+        (2, 1, "format next_token has no option `labels`",
+         'its one option is style: next_token(style="vllm")'),
         (2, 1, "format next_token needs its style", 'write next_token(style="vllm")'),
     ]
 
@@ -102,19 +103,23 @@ def test_empty_fanout_and_zero_fanout():
 
 
 def test_zero_repeat():
-    assert errors(tree("ask q[0..3]: noul")) == [(5, 8, "a repeat count is at least 1, got [0..3]", "write [1..3]")]
+    assert errors(tree("ask q[0..3]: noul")) == [
+        (5, 8, "a repeat count is at least 1, got [0..3]", "write [1..3]")]
 
 
 def test_choice_options_beyond_labels():
     assert errors(tree("ask q: choice[2..300]", "ask r: choice[1]")) == [
-        (5, 16, "a choice has 2 to 255 options under format next_token, got [2..300]", "keep the count within [2..255]"),
-        (6, 16, "a choice has 2 to 255 options under format next_token, got [1]", "keep the count within [2..255]"),
+        (5, 16, "a choice has 2 to 255 options under format next_token, got [2..300]",
+         "keep the count within [2..255]"),
+        (6, 16, "a choice has 2 to 255 options under format next_token, got [1]",
+         "keep the count within [2..255]"),
     ]
 
 
 def test_score_levels_beyond_labels():
     assert errors(tree("ask q: score[2..11]")) == [
-        (5, 15, "a score has 2 to 10 levels under format next_token, got [2..11]", "keep the count within [2..10]")]
+        (5, 15, "a score has 2 to 10 levels under format next_token, got [2..11]",
+         "keep the count within [2..10]")]
 
 
 def test_noul_has_two_options():
@@ -142,9 +147,10 @@ def test_duplicate_option():
 
 def test_unlisted_unbound_criteria_need_exact_count():
     assert errors(tree('ask q: choice[2..4] "Which?"')) == [
-        (5, 10, ("choice[2..4] has no options to count: its criteria are neither listed nor bound, so its count "
-                 "must be exact"),
-         "list the options in { }, bind them with bound[..N] after the instructions, or fix the count: choice[4]")]
+        (5, 10, ("choice[2..4] has no options to count: its criteria are neither listed nor bound, so its "
+                 "count must be exact"),
+         ("list the options in { }, bind them with bound[..N] after the instructions, or fix the count: "
+          "choice[4]"))]
 
 
 def test_fork_without_ask():
@@ -166,7 +172,8 @@ def test_depth_limit():
     body = "".join(f"fork f{i}[1] {{ " for i in range(depth)) + 'ask q: noul "?"' + " }" * depth
     got = errors(tree(body))
     assert [(m, h) for _, _, m, h in got] == [
-        (f"fork `f{depth - 1}` is {depth} levels deep; the limit is 16", "flatten the tree: fewer nested forks")]
+        (f"fork `f{depth - 1}` is {depth} levels deep; the limit is 16",
+         "flatten the tree: fewer nested forks")]
 
 
 def test_size_limit():
@@ -237,7 +244,8 @@ def test_ask_without_type():
 
 
 def test_constant_criteria_on_multi_type_ask():
-    ask = Ask("q", (AskType("noul", Range(2, 2)), AskType("choice", Range(2, 3))), criteria=ChoiceOptions((("a", None),)))
+    ask = Ask("q", (AskType("noul", Range(2, 2)), AskType("choice", Range(2, 3))),
+              criteria=ChoiceOptions((("a", None),)))
     assert with_body(ask) == ["constant criteria need an ask of a single type"]
 
 

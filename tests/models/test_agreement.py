@@ -58,7 +58,8 @@ def _conditional_generation_dir(causal_dir, tmp_path):
     (out / "config.json").write_text(json.dumps(config))
     half = len(tensors) // 2
     names = sorted(tensors)
-    shards = {"model-00001-of-00002.safetensors": names[:half], "model-00002-of-00002.safetensors": names[half:]}
+    shards = {"model-00001-of-00002.safetensors": names[:half],
+              "model-00002-of-00002.safetensors": names[half:]}
     for shard, keys in shards.items():
         save_file({k: tensors[k].contiguous() for k in keys}, out / shard)
     index = {"metadata": {}, "weight_map": {k: shard for shard, keys in shards.items() for k in keys}}

@@ -19,7 +19,8 @@ def test_conditional_generation_reads_text_config_and_top_level_tie():
 
 def test_defaults_and_older_rope_keys():
     text = {k: v for k, v in TINY.items() if k not in ("layer_types", "rope_parameters", "head_dim")}
-    cfg = TextConfig.from_dict({**text, "num_hidden_layers": 8, "rope_theta": 1e6, "partial_rotary_factor": 0.5})
+    cfg = TextConfig.from_dict({**text, "num_hidden_layers": 8, "rope_theta": 1e6,
+                                "partial_rotary_factor": 0.5})
     assert cfg.layer_types == (LINEAR, LINEAR, LINEAR, FULL) * 2
     assert (cfg.rope_theta, cfg.rotary_dim, cfg.head_dim) == (1e6, 8, 16)
 

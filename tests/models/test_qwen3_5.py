@@ -50,7 +50,8 @@ def test_model_forked_stream_is_exact(tiny_dir, dtype):
     model = Qwen35.from_pretrained(tiny_dir, dtype)
     nodes = _nodes()
     leaves = [i for i in range(len(nodes)) if nodes[i][1] and all(p != i for p, _ in nodes)]
-    stream = pack_forest(nodes, placement=[6, 2, 8, 0, 5, 4, 1, 3, 7], gap=5, reads={i: LABELS for i in leaves})
+    stream = pack_forest(nodes, placement=[6, 2, 8, 0, 5, 4, 1, 3, 7], gap=5,
+                         reads={i: LABELS for i in leaves})
     with torch.no_grad():
         hidden = model.hidden_states(stream.tokens, stream.meta)
         logits = model(stream.tokens, stream.meta)
@@ -60,5 +61,6 @@ def test_model_forked_stream_is_exact(tiny_dir, dtype):
             assert torch.equal(hidden[seg.start : seg.start + seg.length], expected[seg.pos0 : seg.end]), i
             if i in leaves:
                 j = leaves.index(i)
-                assert torch.equal(logits[j], ops.label_logits(expected, model.lm_head.weight, plain.meta)[0]), i
+                want = ops.label_logits(expected, model.lm_head.weight, plain.meta)[0]
+                assert torch.equal(logits[j], want), i
     assert logits.isfinite().all()

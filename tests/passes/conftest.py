@@ -91,7 +91,8 @@ INSTANCES = {
          "action": [{"text": "  ", "outcome": [{"text": "x"}]}]},
     ],
     "classifier": [
-        {"ticket": words(30), "checks": {"c1": {"instructions": "Is it spam?"}, "c 2": {"instructions": None}}},
+        {"ticket": words(30),
+         "checks": {"c1": {"instructions": "Is it spam?"}, "c 2": {"instructions": None}}},
     ],
     "systemone": [
         {"state": words(20), "questions": {
@@ -103,7 +104,8 @@ INSTANCES = {
         {"conversation": words(25), "request": "find the weather",
          "call": [{"text": "search(q='weather')", "policy": {"instructions": "Allowed?",
                                                               "criteria": {"yes": None, "no": None}}},
-                  {"text": "calc(1+1)", "policy": {"criteria": {"ok": "fine", "bad": "not fine", "hm": None}}}]},
+                  {"text": "calc(1+1)",
+                   "policy": {"criteria": {"ok": "fine", "bad": "not fine", "hm": None}}}]},
     ],
     "lookahead": [{"context": words(12), **_chain(6)}],
 }

@@ -162,12 +162,14 @@ def test_broken_layout_is_rejected_naming_the_pass(small_spec, ctx, monkeypatch)
     monkeypatch.setitem(manager.PASSES, "layout", replace(manager.PASSES["layout"], run=broken))
     with pytest.raises(PassError, match=r"^in pass layout \(after verify, fold_prompt_text, dedup_prefixes, "
                                         r"bucket_topologies\): the program IR verifier rejects its output:\n"
-                                        r"  tree small: bucket r128's layout does not keep each level contiguous"):
+                                        r"  tree small: bucket r128's layout does not keep each level "
+                                        r"contiguous"):
         run(small_spec, list(TREE_PIPELINE), ctx)
 
 
 def test_bad_spec_is_rejected_before_the_first_pass(small_spec, ctx):
     bad = replace(small_spec, model="llama")
-    with pytest.raises(PassError, match=r"^in pass verify \(the first pass\): the tree IR verifier rejects its "
-                                        r"input:\n  small.flide:1:1: error: unknown model family `llama`"):
+    with pytest.raises(PassError, match=r"^in pass verify \(the first pass\): the tree IR verifier rejects "
+                                        r"its input:\n  small.flide:1:1: error: unknown model family "
+                                        r"`llama`"):
         run(bad, list(TREE_PIPELINE), ctx)

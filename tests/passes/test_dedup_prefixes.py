@@ -63,10 +63,11 @@ def test_broken_output_is_rejected_naming_the_pass(small_spec, ctx, monkeypatch)
         kids = (SegmentTemplate((Const(()),), (), t.root.children[:1]),) + t.root.children[1:]
         return Templates((replace(t, root=replace(t.root, children=kids)),))
 
-    monkeypatch.setitem(manager.PASSES, "dedup_prefixes", replace(manager.PASSES["dedup_prefixes"], run=broken))
+    monkeypatch.setitem(manager.PASSES, "dedup_prefixes",
+                        replace(manager.PASSES["dedup_prefixes"], run=broken))
     with pytest.raises(PassError, match=r"^in pass dedup_prefixes \(after verify, fold_prompt_text\): the "
-                                        r"template IR verifier rejects its output:\n  tree small: segment s1: an "
-                                        r"empty constant"):
+                                        r"template IR verifier rejects its output:\n  tree small: segment "
+                                        r"s1: an empty constant"):
         run(small_spec, DEDUP, ctx)
 
 
@@ -92,7 +93,8 @@ def test_dedup_never_changes_an_answer(small_spec, ctx, executor):
         assert not bound.errors
         rows[label] = bound.rows_used
         out = executor.run_stream(bound.stream)
-        logits[label] = {(s.instance, s.path): out[i, :len(s.piece.labels)] for i, s in enumerate(bound.sites)}
+        logits[label] = {(s.instance, s.path): out[i, :len(s.piece.labels)]
+                         for i, s in enumerate(bound.sites)}
     assert rows["dedup"] < rows["plain"]  # the shared "Question:" really is one segment now
     assert logits["plain"].keys() == logits["dedup"].keys()
     for key, value in logits["plain"].items():

@@ -1,5 +1,6 @@
 """fold_prompt_text: golden template text, exact constants (they are the format's own pieces), slot bounds
-that cover what instances bind, and a bound instance's stream from the template equal to the plain binder's."""
+that cover what instances bind, and a bound instance's stream from the template equal to the plain
+binder's."""
 
 from __future__ import annotations
 
@@ -83,6 +84,7 @@ def test_broken_output_is_rejected_naming_the_pass(small_spec, ctx, monkeypatch)
 
     monkeypatch.setitem(manager.PASSES, "fold_prompt_text",
                         replace(manager.PASSES["fold_prompt_text"], run=broken))
-    with pytest.raises(PassError, match=r"^in pass fold_prompt_text \(after verify\): the template IR verifier "
-                                        r"rejects its output:\n  tree small: the root segment has no state slot"):
+    with pytest.raises(PassError, match=r"^in pass fold_prompt_text \(after verify\): the template IR "
+                                        r"verifier rejects its output:\n  tree small: the root segment has "
+                                        r"no state slot"):
         run(small_spec, ["verify", "fold_prompt_text"], ctx)

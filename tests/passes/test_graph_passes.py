@@ -60,7 +60,8 @@ def check_golden(name: str, text: str) -> None:
     path = GOLDEN / f"{name}.txt"
     if os.environ.get("FLIDEC_UPDATE_GOLDEN"):
         path.write_text(text)
-    assert text == path.read_text(), f"{name}: the IR differs from {path} (FLIDEC_UPDATE_GOLDEN=1 rewrites it)"
+    assert text == path.read_text(), (f"{name}: the IR differs from {path} (FLIDEC_UPDATE_GOLDEN=1 rewrites "
+                                      "it)")
 
 
 @pytest.mark.parametrize("upto", range(len(PIPELINE) + 1))
@@ -99,8 +100,8 @@ def test_lowered_graph_reads_only_static_buffers(traced) -> None:
 def test_fork_lowering_before_the_label_head_is_refused(traced) -> None:
     with pytest.raises(PassError) as e:
         run(traced, ["lower_forks"])
-    assert str(e.value) == ("in pass lower_forks (the first pass): %label_logits: label_logits reads the meta "
-                            "object and has no lowering (run label_head first for label_logits)")
+    assert str(e.value) == ("in pass lower_forks (the first pass): %label_logits: label_logits reads the "
+                            "meta object and has no lowering (run label_head first for label_logits)")
 
 
 def test_trimming_without_the_label_head_is_refused(traced) -> None:

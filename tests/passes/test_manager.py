@@ -13,7 +13,8 @@ from flidec.passes.manager import Options, PassError, register, register_level, 
 
 @pytest.fixture(scope="module", autouse=True)
 def toy_passes():
-    register_level("toy", verify=lambda n: [] if n >= 0 else [f"{n} is negative"], render=lambda n: f"toy {n}")
+    register_level("toy", verify=lambda n: [] if n >= 0 else [f"{n} is negative"],
+                   render=lambda n: f"toy {n}")
     register("toy_double", "toy", "toy")(lambda n, ctx: 2 * n)
     register("toy_add", "toy", "toy")(lambda n, ctx: n + ctx)
     register("toy_break", "toy", "toy")(lambda n, ctx: -1)
@@ -41,7 +42,8 @@ def test_dump_after_and_time_passes():
 
 
 def test_disabled_pass_is_skipped():
-    assert run(3, ["toy_double", "toy_add"], ctx=1, options=Options(disabled=frozenset({"toy_double"}))).ir == 4
+    options = Options(disabled=frozenset({"toy_double"}))
+    assert run(3, ["toy_double", "toy_add"], ctx=1, options=options).ir == 4
 
 
 def test_verifier_rejection_names_the_pass_and_those_before():
@@ -57,7 +59,8 @@ def test_exception_in_a_pass_is_wrapped():
 
 
 def test_bad_input_is_rejected_before_the_first_pass():
-    with pytest.raises(PassError, match=r"^in pass toy_double \(the first pass\): the toy IR verifier rejects its input"):
+    with pytest.raises(PassError, match=r"^in pass toy_double \(the first pass\): the toy IR verifier "
+                                        r"rejects its input"):
         run(-3, ["toy_double"])
 
 

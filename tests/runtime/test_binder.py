@@ -92,7 +92,7 @@ def check_paths(tree: Tree, instances: list, fmt: NextTokenFormat, qwen_tokenize
     assert not bound.errors, bound.errors
     plains = plain_streams(bound)
     seen = {}
-    for site, plain, read in zip(bound.sites, plains, bound.stream.meta.reads):
+    for site, plain, read in zip(bound.sites, plains, bound.stream.meta.reads, strict=True):
         seen[site.instance, site.path] = plain.tokens.tolist()
         assert plain.meta.reads[0].labels == read.labels
     for i, inst in enumerate(instances):
@@ -209,7 +209,8 @@ SYS = {"model": "jev-latest", "state": "The ticket: my order never arrived.",
 
 
 def _by_instance(bound, i: int) -> dict[str, list[int]]:
-    return {s.path: p.tokens.tolist() for s, p in zip(bound.sites, plain_streams(bound)) if s.instance == i}
+    return {s.path: p.tokens.tolist() for s, p in zip(bound.sites, plain_streams(bound), strict=True)
+            if s.instance == i}
 
 
 def test_packing_leaves_each_instance_as_it_is_alone(fmt) -> None:
@@ -222,7 +223,7 @@ def test_packing_leaves_each_instance_as_it_is_alone(fmt) -> None:
     # level by level: each level's rows are one contiguous run, in level order
     starts = [min(meta.segments[s].start for s in lvl) for lvl in meta.levels]
     ends = [max(meta.segments[s].start + meta.segments[s].length for s in lvl) for lvl in meta.levels]
-    assert starts[0] == 0 and all(e == s for e, s in zip(ends, starts[1:]))
+    assert starts[0] == 0 and all(e == s for e, s in zip(ends, starts[1:], strict=False))
     assert sum(meta.segments[s].length for lvl in meta.levels for s in lvl) == ends[-1] == packed.rows_used
     assert [len(lvl) for lvl in meta.levels][0] == 3  # one root per instance
 
@@ -280,7 +281,8 @@ def test_systemone_responses(fmt) -> None:
     assert list(r["answers"]) == ["refund?", "urgency 🙂", "team"]
     assert r["answers"]["team"]["choice"] == "shipping"
     assert r["answers"]["urgency 🙂"]["legend"] == {"0": "low", "1": {"level": "high"}}
-    lengths = [len(p.tokens) for s, p in zip(bound.sites, plain_streams(bound)) if s.instance == 0]
+    lengths = [len(p.tokens) for s, p in zip(bound.sites, plain_streams(bound), strict=True)
+               if s.instance == 0]
     assert r["usage"] == {"input_tokens": sum(lengths), "output_tokens": 0}
     assert type(r["usage"]["input_tokens"]) is int
     assert out[1]["answers"]["q"]["type"] == "noul"
@@ -332,7 +334,8 @@ def _logits_by_path(bound) -> torch.Tensor:
 
 
 def test_each_packed_instance_gets_its_own_answers(fmt) -> None:
-    other = {"state": "b", "questions": {"x": {"type": "noul"}, "y": {"type": "score", "criteria": ["l", "h"]}}}
+    other = {"state": "b",
+             "questions": {"x": {"type": "noul"}, "y": {"type": "score", "criteria": ["l", "h"]}}}
     packed = bind(SYSTEMONE, [SYS, other], fmt)
     alone = [bind(SYSTEMONE, [inst], fmt) for inst in (SYS, other)]
     together = assemble(packed, _logits_by_path(packed), served_name="m")
@@ -360,7 +363,8 @@ def test_a_one_question_instance_becomes_its_plain_pass(fmt) -> None:
                 [s.parent for s in meta.segments], [(1, None, "q")])
     merged = merge_chains(plan)
     assert merged.ids == [bound.stream.tokens.tolist()] and merged.parents == [-1] and merged.reads[0][0] == 0
-    assert plan.ids[0] == bound.stream.tokens[: meta.segments[0].length].tolist()  # the input is left as it was
+    # the input is left as it was
+    assert plan.ids[0] == bound.stream.tokens[: meta.segments[0].length].tolist()
 
 
 def test_chains_merge_and_branch_points_stay() -> None:

@@ -63,10 +63,11 @@ def assert_reads_equal_plain(executor, bound) -> None:
     forked = executor.run_stream(bound.stream)
     plains = plain_streams(bound)
     assert len(plains) == forked.shape[0] > 0
-    for i, (plain, read) in enumerate(zip(plains, bound.stream.meta.reads)):
+    for i, (plain, read) in enumerate(zip(plains, bound.stream.meta.reads, strict=True)):
         alone = executor.run_stream(plain)
         n = len(read.labels)
-        assert torch.equal(forked[i, :n], alone[0, :n]), f"read {i} ({bound.sites[i].path}) differs from plain"
+        assert torch.equal(forked[i, :n], alone[0, :n]), (f"read {i} ({bound.sites[i].path}) differs from "
+                                                          "plain")
         assert torch.isfinite(forked[i, :n]).all()
 
 
@@ -109,7 +110,8 @@ def test_lookahead_depth_six_and_two_instances(setup):
 def systemone(state: str, qids: list[str]) -> dict:
     questions = {
         "safe": {"type": "noul", "instructions": "Is it safe?"},
-        "kind": {"type": "choice", "instructions": "Which kind?", "criteria": {"a": "first", "b": None, "c": "x"}},
+        "kind": {"type": "choice", "instructions": "Which kind?",
+                 "criteria": {"a": "first", "b": None, "c": "x"}},
         "level": {"type": "score", "criteria": ["low", "mid", "high"]},
     }
     return {"state": state, "questions": {q: questions[q.split("#")[0]] for q in qids}}
@@ -133,7 +135,8 @@ def test_answers_are_isolated_from_siblings_ids_order_and_batch(setup):
     a, b = words(70, 2), words(30, 4)
     together = logits_by_question([systemone(a, ["safe", "kind", "level"]), systemone(b, ["level", "safe"])])
     alone = logits_by_question([systemone(a, ["kind"])])
-    renamed = logits_by_question([systemone(b, ["safe#other id"]), systemone(a, ["level#x", "kind#y", "safe"])])
+    renamed = logits_by_question([systemone(b, ["safe#other id"]),
+                                  systemone(a, ["level#x", "kind#y", "safe"])])
     assert torch.equal(together[0, "kind"], alone[0, "kind"])
     assert torch.equal(together[0, "level"], renamed[1, "level"])
     assert torch.equal(together[1, "safe"], renamed[0, "safe"])

@@ -74,7 +74,8 @@ def test_without_the_segment_cap_eight_fill_r49152() -> None:
 def test_a_gathering_one_row_past_a_rung_takes_one_more() -> None:
     # 4 x 6,148 = 24,592 rows, just past r24576; 5 (30,740) fill r32768 better than 4, 3 or all 6 (r49152)
     t = runtime(ladder())
-    assert shape(_groups(pieces([6148] * 12, segments=10), t)) == [(5, "r32768"), (5, "r32768"), (2, "r16384")]
+    assert shape(_groups(pieces([6148] * 12, segments=10), t)) == [
+        (5, "r32768"), (5, "r32768"), (2, "r16384")]
 
 
 def test_pieces_that_fill_the_largest_bucket_exactly_share_it() -> None:

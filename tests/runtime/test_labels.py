@@ -13,7 +13,7 @@ def test_qwen_labels_are_the_tokens_they_add_after_the_generation_prompt(qwen_to
     table = LabelTable(qwen_tokenizer.encode, "\n\n")
     gen = qwen_tokenizer.encode("\n\n")
     for labels in (table.noul(), table.score(10), table.choice(MAX_CHOICE)):
-        for text, tok in zip(labels.texts, labels.ids):
+        for text, tok in zip(labels.texts, labels.ids, strict=True):
             assert qwen_tokenizer.encode("\n\n" + text) == gen + [tok]
     assert table.noul().texts == ("yes", "no")
     assert table.score(4).texts == ("0", "1", "2", "3")

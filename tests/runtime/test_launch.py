@@ -1,9 +1,9 @@
-"""The runtime's view of a recording and its launches, checked against codegen on the CPU: the plan read from
-the recording's JSON has codegen's buffers and offsets; the meta region the binder stages holds exactly the
-tables codegen's player fills; every launch passes the exact pointer (base + byte offset + element offset) and
-fixed- width scalar values, then the hidden pointers (global scratch where a kernel takes it); and the whole
-engine (one arena, meta staged, launches in order) run through the Triton interpreter gives the player's
-logits bit for bit."""
+"""The runtime's side of a recording and its launches, checked against codegen on the CPU: the recording
+read back from its JSON is codegen's; the meta region the binder stages holds exactly the tables codegen's
+player fills; every launch passes the exact pointer (base + byte offset + element offset) and fixed-width
+scalar values, then the hidden pointers (global scratch where a kernel takes it); and the whole engine (one
+arena, meta staged, launches in order) run through the Triton interpreter gives the player's logits bit
+for bit."""
 
 from __future__ import annotations
 
@@ -19,10 +19,11 @@ import torch.fx
 
 from flidec.ir.errors import ArtifactError
 from flidec.ir.program import Bucket
-from flidec.runtime.buffers import DeviceBuffers, MetaStage, PlanArg, recording_from_json
+from flidec.runtime.buffers import DeviceBuffers, MetaStage
 from flidec.runtime.launch import HIDDEN_PARAMS, CompiledKernel, pack_args
 from flidec.runtime.meta import Read, Segment, Stream, build_meta
 from flidec.runtime.program import GraphEngine, _padded
+from flidec.runtime.recording import Arg, Buffer, recording_from_json, write_recording
 
 BUCKET = Bucket("b0", rows=128, segments=6, depth=3, reads=4, labels=5)
 
@@ -49,8 +50,10 @@ def record(checkpoint):
 
 def fake_records(rec) -> dict[str, CompiledKernel]:
     """Kernel records with the recorded specs' parameters (no cubin: nothing is launched for real)."""
-    return {k.key: CompiledKernel(k.name, "sm_90", b"", tuple((n, t) for n, t in k.signature if t != "constexpr"),
-                                  k.constexprs, (), k.num_warps, k.num_stages, 0, "3.6.0") for k in rec.kernels}
+    return {k.key: CompiledKernel(k.name, "sm_90", b"",
+                                  tuple((n, t) for n, t in k.signature if t != "constexpr"),
+                                  k.constexprs, (), k.num_warps, k.num_stages, 0, "3.6.0")
+            for k in rec.kernels}
 
 
 class RecordingLauncher:
@@ -68,35 +71,27 @@ class RecordingLauncher:
 
 @pytest.fixture(scope="module")
 def recorded(tiny_checkpoint):
+    """Codegen's recording, the same read back from its JSON (what the runtime loads), and the weights."""
     rec, weights = record(tiny_checkpoint)
-    from flidec.codegen.recording import write_recording
-
-    return rec, recording_from_json(json.loads(write_recording(rec))), weights
-
-
-def test_plan_is_codegens_recording(recorded) -> None:
-    rec, plan, _ = recorded
-    assert plan.bucket == rec.bucket and plan.arena_bytes == rec.arena_bytes and plan.output == rec.output
-    assert [(b.name, b.region, b.dtype, b.shape, b.offset, b.fill) for b in plan.buffers] == \
-        [(b.name, b.region, b.dtype, b.shape, b.offset, b.fill) for b in rec.buffers]
-    assert [(s.kernel, s.grid, len(s.args)) for s in plan.steps] == [(s.kernel, s.grid, len(s.args)) for s in rec.steps]
-    assert not plan.missing
+    loaded = recording_from_json(json.loads(write_recording(rec)))
+    assert loaded == rec and not loaded.missing
+    return rec, loaded, weights
 
 
 def test_staged_meta_is_what_the_player_fills(recorded) -> None:
     from flidec.codegen.recording import fill_tables
 
-    rec, plan, _ = recorded
+    rec, loaded, _ = recorded
     tokens, meta = forked()
-    stage = MetaStage(plan)
+    stage = MetaStage(loaded)
     stage.fill(tokens, meta)
     want = fill_tables(rec, tokens, meta)
-    assert {b.name for b in plan.meta} == set(want)
-    for b in plan.meta:
+    assert {b.name for b in loaded.meta} == set(want)
+    for b in loaded.meta:
         start = b.offset - stage.lo
         got = stage.host[start : start + b.nbytes].view(b.torch_dtype).view(b.shape)
         assert torch.equal(got, want[b.name].to(b.torch_dtype)), b.name
-    arena = torch.zeros(plan.arena_bytes, dtype=torch.uint8)
+    arena = torch.zeros(loaded.arena_bytes, dtype=torch.uint8)
     stage.copy_to(arena)
     assert torch.equal(arena[stage.lo : stage.hi], stage.host)
     too_big = build_meta((Segment(0, 200, 0, -1, 0),), (), 200)
@@ -110,8 +105,8 @@ def test_a_fill_writes_every_byte_of_its_host_buffer(recorded) -> None:
     unpadded stream (the runtime does not pad) stages what the player fills for it padded to the bucket."""
     from flidec.codegen.recording import fill_tables
 
-    rec, plan, _ = recorded
-    stage = MetaStage(plan)
+    rec, loaded, _ = recorded
+    stage = MetaStage(loaded)
     for host in stage.hosts:
         host.fill_(0xA5)
     small = (torch.arange(9) + 3, build_meta((Segment(0, 9, 0, -1, 0),), (Read(8, (1, 2)),), 9))
@@ -119,36 +114,36 @@ def test_a_fill_writes_every_byte_of_its_host_buffer(recorded) -> None:
         stage.fill(tokens, meta)
         padded = _padded(Stream(tokens, meta), BUCKET.rows)
         want = fill_tables(rec, padded.tokens, padded.meta)
-        for b in plan.meta:
+        for b in loaded.meta:
             start = b.offset - stage.lo
             got = stage.host[start : start + b.nbytes].view(b.torch_dtype).view(b.shape)
             assert torch.equal(got, want[b.name].to(b.torch_dtype)), b.name
 
 
 def test_a_stage_refuses_a_table_of_another_shape(recorded) -> None:
-    from flidec.runtime.buffers import PlanBuffer, RecordingPlan
+    import dataclasses
 
-    _, plan, _ = recorded
-    wrong = tuple(PlanBuffer(b.name, b.region, b.dtype, (b.shape[0] - 1, *b.shape[1:]), b.offset, b.fill)
-                  if b.name == "conv_taps" else b for b in plan.buffers)
-    bad = RecordingPlan(plan.bucket, wrong, plan.arena_bytes, plan.steps, plan.constants, plan.output)
+    _, loaded, _ = recorded
+    wrong = tuple(Buffer(b.name, b.region, b.dtype, (b.shape[0] - 1, *b.shape[1:]), b.offset, b.fill)
+                  if b.name == "conv_taps" else b for b in loaded.buffers)
+    bad = dataclasses.replace(loaded, buffers=wrong)
     with pytest.raises(ValueError, match=r"meta buffer conv_taps: the conv_taps rule gives \[128, 4\], the "
                                          r"recording has \[127, 4\]"):
         MetaStage(bad)
 
 
 def test_launches_pass_exact_pointers_and_scalars(recorded) -> None:
-    rec, plan, weights = recorded
+    rec, loaded, weights = recorded
     kernels = fake_records(rec)
     launcher = RecordingLauncher()
-    engine = GraphEngine({"t/b0": plan}, kernels, weights, torch.device("cpu"), launcher, graphs=False)
+    engine = GraphEngine({"t/b0": loaded}, kernels, weights, torch.device("cpu"), launcher, graphs=False)
     assert sorted(launcher.loaded) == sorted(k.name for k in kernels.values())
     assert engine.launches == {} and engine.stages == {}  # made at a bucket's first use
     arena = engine.buffers.arena.data_ptr()
     launches = engine.resolve("t/b0")
     assert len(launches) == len(rec.steps)
     by_name = {b.name: b for b in rec.buffers}
-    for step, (handle, launch) in zip(rec.steps, launches):
+    for step, (handle, launch) in zip(rec.steps, launches, strict=True):
         spec = next(k for k in rec.kernels if k.key == step.kernel)
         assert handle == spec.name and launch.grid == tuple(step.grid) + (1,) * (3 - len(step.grid))
         assert launch.args[-HIDDEN_PARAMS:] == (0,) * HIDDEN_PARAMS
@@ -158,9 +153,9 @@ def test_launches_pass_exact_pointers_and_scalars(recorded) -> None:
                     np.dtype(type(value)).type(a.value)
                 continue
             b = by_name[a.buffer]
-            size = torch.empty((), dtype=getattr(torch, {"bf16": "bfloat16", "fp32": "float32", "i64": "int64",
-                                                         "i32": "int32"}[b.dtype])).element_size()
-            base = arena + b.offset if b.region in ("meta", "activation") else engine.buffers.tensors[b.name].data_ptr()
+            size = torch.empty((), dtype=b.torch_dtype).element_size()
+            base = (arena + b.offset if b.region in ("meta", "activation")
+                    else engine.buffers.tensors[b.name].data_ptr())
             assert value == base + a.offset * size, (step.node, a.buffer)
     engine.run("t", BUCKET, _padded(Stream(*forked()), BUCKET.rows))
     assert len(launcher.launched) == len(rec.steps)
@@ -173,30 +168,30 @@ def test_kernels_taking_global_scratch_get_the_engines_buffer(recorded) -> None:
     one."""
     import dataclasses
 
-    rec, plan, weights = recorded
+    rec, loaded, weights = recorded
     kernels = fake_records(rec)
     taking = {key for key in kernels if key.startswith("gemm")} or {next(iter(kernels))}
     kernels |= {key: dataclasses.replace(kernels[key], scratch=384, scratch_align=128) for key in taking}
-    engine = GraphEngine({"t/b0": plan}, kernels, weights, torch.device("cpu"), RecordingLauncher(),
+    engine = GraphEngine({"t/b0": loaded}, kernels, weights, torch.device("cpu"), RecordingLauncher(),
                          graphs=False)
-    programs = [int(np.prod(s.grid)) for s in plan.steps if s.kernel in taking]
+    programs = [int(np.prod(s.grid)) for s in loaded.steps if s.kernel in taking]
     assert programs and engine.scratch.numel() == 384 * max(programs)
-    for step, (_, launch) in zip(plan.steps, engine.resolve("t/b0"), strict=True):
+    for step, (_, launch) in zip(loaded.steps, engine.resolve("t/b0"), strict=True):
         first_hidden = launch.args[-HIDDEN_PARAMS]
         assert first_hidden == (engine.scratch.data_ptr() if step.kernel in taking else 0), step.node
         assert launch.args[-HIDDEN_PARAMS + 1:] == (0,) * (HIDDEN_PARAMS - 1)
-    step = next(s for s in plan.steps if s.kernel in taking)
+    step = next(s for s in loaded.steps if s.kernel in taking)
     with pytest.raises(ArtifactError, match="needs 384 bytes of global scratch a program"):
         pack_args(kernels[step.kernel], step.args, lambda a: 1, "step 0")
-    assert GraphEngine({"t/b0": plan}, fake_records(rec), weights, torch.device("cpu"), RecordingLauncher(),
+    assert GraphEngine({"t/b0": loaded}, fake_records(rec), weights, torch.device("cpu"), RecordingLauncher(),
                        graphs=False).scratch is None
 
 
 def test_mismatched_arguments_are_refused(recorded) -> None:
     rec, _, _ = recorded
     k = next(iter(fake_records(rec).values()))
-    scalar = PlanArg("", 0, (), (), "i32", 3)
-    tensor = PlanArg("tokens", 0, (1,), (1,), "", None)
+    scalar = Arg("", 0, (), (), "i32", 3)
+    tensor = Arg("tokens", 0, (1,), (1,), "", None)
     pointer = next(i for i, (_, t) in enumerate(k.params) if t.startswith("*"))
     args = [tensor if t.startswith("*") else scalar for _, t in k.params]
     args[pointer] = scalar
@@ -206,10 +201,10 @@ def test_mismatched_arguments_are_refused(recorded) -> None:
         pack_args(k, args[:-1], lambda a: 0, "step 0")
 
 
-def test_weights_must_match_the_plan(recorded) -> None:
-    _, plan, _ = recorded
+def test_weights_must_match_the_recording(recorded) -> None:
+    _, loaded, _ = recorded
     with pytest.raises(ArtifactError, match="the weights have no tensor"):
-        DeviceBuffers({"t/b0": plan}, {}, torch.device("cpu"))
+        DeviceBuffers({"t/b0": loaded}, {}, torch.device("cpu"))
 
 
 INTERPRETED = """
@@ -217,14 +212,13 @@ import json, sys, torch
 sys.path.insert(0, sys.argv[2])
 from test_launch import BUCKET, forked, record, fake_records
 from flidec.codegen import eager
-from flidec.codegen.recording import JIT_KERNELS, play, write_recording
-from flidec.runtime.buffers import recording_from_json
+from flidec.codegen.recording import JIT_KERNELS, play
+from flidec.runtime.recording import DTYPES, recording_from_json, write_recording
 from flidec.runtime.meta import Stream
 from flidec.runtime.program import GraphEngine, _padded
 assert eager.interpreting()
 rec, weights = record(sys.argv[1])
-plan = recording_from_json(json.loads(write_recording(rec)))
-DT = {"*bf16": torch.bfloat16, "*fp32": torch.float32, "*i64": torch.int64, "*i32": torch.int32}
+loaded = recording_from_json(json.loads(write_recording(rec)))
 
 class Interpreter:
     storages = []
@@ -236,15 +230,18 @@ class Interpreter:
             if not typ.startswith("*"):
                 args.append(value.item())
                 continue
-            t = next(s for s in self.storages if s.data_ptr() <= value < s.data_ptr() + s.numel() * s.element_size())
+            t = next(s for s in self.storages
+                     if s.data_ptr() <= value < s.data_ptr() + s.numel() * s.element_size())
             flat = t.reshape(-1).view(torch.uint8)[value - t.data_ptr():]
-            size = torch.empty((), dtype=DT[typ]).element_size()
-            args.append(flat[: flat.numel() // size * size].view(DT[typ]))
+            dtype = DTYPES[typ.removeprefix("*")]
+            size = torch.empty((), dtype=dtype).element_size()
+            args.append(flat[: flat.numel() // size * size].view(dtype))
         eager.launch(JIT_KERNELS[kernel.name], launch.grid, *args, device=torch.device("cpu"),
                      **dict(kernel.constexprs))
 
 launcher = Interpreter()
-engine = GraphEngine({"t/b0": plan}, fake_records(rec), weights, torch.device("cpu"), launcher, graphs=False)
+engine = GraphEngine({"t/b0": loaded}, fake_records(rec), weights, torch.device("cpu"), launcher,
+                     graphs=False)
 launcher.storages = [engine.buffers.arena, *engine.buffers.tensors.values()]
 tokens, meta = forked()
 got = engine.run("t", BUCKET, _padded(Stream(tokens, meta), BUCKET.rows))
@@ -265,18 +262,19 @@ def test_engine_under_the_interpreter_equals_the_player(tiny_checkpoint) -> None
 def test_recordings_share_weights_and_must_agree_on_constants(recorded) -> None:
     import dataclasses
 
-    _, plan, weights = recorded
-    other = dataclasses.replace(plan, index={})
-    buffers = DeviceBuffers({"t/b0": plan, "t/b1": other}, weights, torch.device("cpu"))
-    name = next(b.name for b in plan.buffers if b.region == "weight")
-    assert buffers.tensors[name].dtype == plan.buffer(name).torch_dtype  # placed once, in the recorded dtype
-    const = next(b.name for b in plan.buffers if b.region == "constant")
-    changed = tuple((n, tuple(v + 1.0 for v in vals) if n == const else vals) for n, vals in plan.constants)
+    _, loaded, weights = recorded
+    other = dataclasses.replace(loaded)
+    buffers = DeviceBuffers({"t/b0": loaded, "t/b1": other}, weights, torch.device("cpu"))
+    name = next(b.name for b in loaded.buffers if b.region == "weight")
+    # placed once, in the recorded dtype
+    assert buffers.tensors[name].dtype == loaded.buffer(name).torch_dtype
+    const = next(b.name for b in loaded.buffers if b.region == "constant")
+    changed = tuple((n, tuple(v + 1.0 for v in vals) if n == const else vals) for n, vals in loaded.constants)
     with pytest.raises(ArtifactError, match=f"{const} differs from another recording's"):
-        DeviceBuffers({"t/b0": plan, "t/b1": dataclasses.replace(plan, constants=changed, index={})}, weights,
+        DeviceBuffers({"t/b0": loaded, "t/b1": dataclasses.replace(loaded, constants=changed)}, weights,
                       torch.device("cpu"))
-    retyped = tuple(dataclasses.replace(b, dtype="fp32" if b.dtype == "bf16" else "bf16") if b.name == name else b
-                    for b in plan.buffers)
+    retyped = tuple(dataclasses.replace(b, dtype="fp32" if b.dtype == "bf16" else "bf16") if b.name == name
+                    else b for b in loaded.buffers)
     with pytest.raises(ArtifactError, match=f"{name} differs from another recording's"):
-        DeviceBuffers({"t/b0": plan, "t/b1": dataclasses.replace(plan, buffers=retyped, index={})}, weights,
+        DeviceBuffers({"t/b0": loaded, "t/b1": dataclasses.replace(loaded, buffers=retyped)}, weights,
                       torch.device("cpu"))

@@ -163,7 +163,8 @@ def test_meta_is_its_definition_row_by_row(stream) -> None:
     depth = meta.key_ranges.shape[1]
     for i, s in enumerate(segs):
         path = (*meta.ancestors[i], i)
-        want = [[segs[a].start, segs[a].start + segs[a].length] for a in path] + [[0, 0]] * (depth - len(path))
+        want = ([[segs[a].start, segs[a].start + segs[a].length] for a in path]
+                + [[0, 0]] * (depth - len(path)))
         assert meta.key_ranges[i].tolist() == want
         tail = tuple(path_row(segs, i, p) for p in range(meta.gdn_chunk0[i], s.pos0))
         assert meta.gdn_tail[i] == (tail if s.parent >= 0 else ())

@@ -172,7 +172,8 @@ def test_texts_tokenized_as_runs_have_their_whole_ids(fmt: NextTokenFormat, qwen
 
 def test_a_long_text_is_cut_into_runs_with_its_whole_ids(fmt: NextTokenFormat, qwen_tokenizer) -> None:
     texts = [PROSE, "no newline at all " * 400, "", "Question: which?\n", "1, 2, 3: " * 400]
-    assert len(next_token._runs(PROSE)) > 10 and len(next_token._runs(texts[1])) > 10  # at newlines, at spaces
+    # at newlines, at spaces
+    assert len(next_token._runs(PROSE)) > 10 and len(next_token._runs(texts[1])) > 10
     assert len(next_token._runs(texts[-1])) == 1  # no space between two letters
     assert fmt.encode_texts(texts) == {t: tuple(qwen_tokenizer.encode(t)) for t in texts}
     root = fmt.root_draft(PROSE)  # as the template walker tokenizes it, against the whole prompt in one go

@@ -27,7 +27,8 @@ def _row_ops(dtype: torch.dtype):
     return {
         "linear": lambda x: ops.linear(x, w),
         "rms_norm": lambda x: ops.rms_norm(x, nw, 1e-6),
-        "gated_rms_norm": lambda x: ops.gated_rms_norm(x[:, :16].reshape(-1, 2, 8), x[:, 16:32].reshape(-1, 2, 8), gw, 1e-6),
+        "gated_rms_norm": lambda x: ops.gated_rms_norm(x[:, :16].reshape(-1, 2, 8),
+                                                       x[:, 16:32].reshape(-1, 2, 8), gw, 1e-6),
         "gdn_decay": lambda x: ops.gdn_decay(x[:, :6], a_log, dt),
         "gdn_beta": lambda x: ops.gdn_beta(x[:, :6]),
         "rotary": lambda x: ops.rotary(x[:, :24].reshape(-1, 3, 8), torch.arange(x.shape[0]) % 7, inv_freq),
@@ -57,7 +58,8 @@ def test_row_ops_match_reference(dtype):
     _close(ops.linear(x, w), x.double() @ w.double().T, dtype)
     nw = (0.5 * torch.randn(40, generator=g)).to(dtype)
     xd = x.double()
-    _close(ops.rms_norm(x, nw, 1e-6), xd / (xd.pow(2).mean(-1, keepdim=True) + 1e-6).sqrt() * (1 + nw.double()), dtype)
+    _close(ops.rms_norm(x, nw, 1e-6),
+           xd / (xd.pow(2).mean(-1, keepdim=True) + 1e-6).sqrt() * (1 + nw.double()), dtype)
     z = torch.randn(37, 40, generator=g).to(dtype)
     gw = (1 + 0.5 * torch.randn(40, generator=g)).to(dtype)
     expected = xd / (xd.pow(2).mean(-1, keepdim=True) + 1e-6).sqrt() * gw.double() * F.silu(z.double())

@@ -36,9 +36,9 @@ def artifact(tmp_path_factory, tiny_checkpoint) -> Path:
     out = tmp_path_factory.mktemp("gpu") / "systemone"
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     # cwd: not the checkout, whose flidec/ folder would shadow the installed package's mapped subpackages
-    run = subprocess.run([sys.executable, "-c", BUILD, str(EXAMPLES / "systemone.flide"), str(tiny_checkpoint),
-                          str(out)], env=env, cwd=out.parent, capture_output=True, text=True, timeout=900,
-                         check=False)
+    run = subprocess.run([sys.executable, "-c", BUILD, str(EXAMPLES / "systemone.flide"),
+                          str(tiny_checkpoint), str(out)], env=env, cwd=out.parent, capture_output=True,
+                         text=True, timeout=900, check=False)
     assert run.returncode == 0, run.stderr[-3000:]
     return out
 
@@ -63,7 +63,7 @@ def test_compiled_agrees_with_the_reference_executor(programs, artifact, tiny_ch
     bf16 = load(artifact, "cpu", dtype="bf16").label_logits(instances())
     fp32 = load(artifact, "cpu", dtype="fp32").label_logits(instances())
     atol, _ = TOLERANCE[torch.bfloat16]
-    for g, b, f in zip(got, bf16, fp32):
+    for g, b, f in zip(got, bf16, fp32, strict=True):
         assert torch.equal(torch.isinf(g), torch.isinf(f))
         finite = torch.isfinite(f)
         assert (g - f)[finite].abs().max() <= (b - f)[finite].abs().max() + atol

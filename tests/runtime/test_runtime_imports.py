@@ -23,7 +23,8 @@ class Blocker(importlib.abc.MetaPathFinder):
 sys.meta_path.insert(0, Blocker())
 from flidec.runtime.program import load
 program = load(sys.argv[1], "cpu", served_name="jev")
-result = program.run([{"state": "The sky is green.", "questions": {"q": {"type": "noul", "instructions": "Sky green?"}}}])
+result = program.run([{"state": "The sky is green.",
+                       "questions": {"q": {"type": "noul", "instructions": "Sky green?"}}}])
 loaded = sorted(m for m in sys.modules if any(m == b or m.startswith(b + ".") for b in BLOCKED))
 print(json.dumps({"result": result, "loaded": loaded}))
 """

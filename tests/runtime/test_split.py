@@ -15,9 +15,9 @@ import torch
 from flidec.ir.errors import InstanceError
 from flidec.ir.program import Bucket
 from flidec.runtime.binder import merge_chains
-from flidec.runtime.buffers import PlanBuffer, PlanStep, RecordingPlan
 from flidec.runtime.launch import CompiledKernel
 from flidec.runtime.program import GraphEngine, Program, load, plan_sizes, split_plan
+from flidec.runtime.recording import Buffer, Recording, Step
 from flidec.runtime.templates import _TemplateWalker, bind_template
 
 DEEP = """model qwen3_5
@@ -90,8 +90,8 @@ def test_sub_plans_fit_and_keep_whole_paths(programs) -> None:
 def test_a_path_over_the_largest_bucket_is_named(programs) -> None:
     plan = plan_of(programs["small"], deep(2, 1))
     tiny = Bucket("r64", 64, 64, 4, 64, 255)
-    with pytest.raises(InstanceError, match=r"step\[0\]\.ok: its path alone needs \d+ rows; the largest bucket "
-                                            r"\(r64\) holds 64 rows"):
+    with pytest.raises(InstanceError, match=r"step\[0\]\.ok: its path alone needs \d+ rows; the largest "
+                                            r"bucket \(r64\) holds 64 rows"):
         split_plan(plan, tiny)
 
 
@@ -127,18 +127,18 @@ def test_chains_inside_a_tree_merge_with_the_same_bits(programs) -> None:
 STATIC = ("tokens", "positions", "segments", "read_rows", "read_labels", "read_nlabels")
 
 
-def fake_plan(bucket: Bucket) -> RecordingPlan:
+def fake_recording(bucket: Bucket) -> Recording:
     """A recording with the static meta buffers and an fp32 [reads, labels] output after them."""
     from flidec.runtime.tables import meta_buffers
 
     buffers, offset = [], 0
     for b in meta_buffers(bucket):
         if b.name in STATIC:
-            buffers.append(PlanBuffer(b.name, "meta", "i64", b.shape, offset, ""))
+            buffers.append(Buffer(b.name, "meta", "i64", b.shape, offset, ""))
             offset += buffers[-1].nbytes
-    buffers.append(PlanBuffer("logits", "activation", "fp32", (bucket.reads, bucket.labels), offset, ""))
-    step = PlanStep("fake", "fake", bucket.name, (1,), ())
-    return RecordingPlan(bucket, tuple(buffers), offset + buffers[-1].nbytes, (step,), (), "logits")
+    buffers.append(Buffer("logits", "activation", "fp32", (bucket.reads, bucket.labels), offset, ""))
+    step = Step("fake", "fake", bucket.name, (1,), ())
+    return Recording(bucket, tuple(buffers), offset + buffers[-1].nbytes, (step,), (), (), "logits")
 
 
 class PathLauncher:
@@ -165,7 +165,8 @@ class PathLauncher:
         tokens, positions, segs = view("tokens"), view("positions"), view("segments").tolist()
         out = view("logits")
         out.fill_(float("-inf"))
-        for r, (row, n) in enumerate(zip(view("read_rows").tolist(), view("read_nlabels").tolist())):
+        reads = zip(view("read_rows").tolist(), view("read_nlabels").tolist(), strict=True)
+        for r, (row, n) in enumerate(reads):
             if n == 0:
                 continue
             s = next(k for k, (start, length, _, _, level) in enumerate(segs)
@@ -184,8 +185,8 @@ def fake_program(program: Program) -> tuple[Program, PathLauncher]:
     bs = [p.bucket for p in t.program.buckets]
     kernels = {b.name: CompiledKernel(b.name, "sm_90", b"", (), (), (), 1, 1, 0, "3.6.0") for b in bs}
     launcher = PathLauncher()
-    engine = GraphEngine({f"{t.tree.name}/{b.name}": fake_plan(b) for b in bs}, kernels, {}, torch.device("cpu"),
-                         launcher, graphs=False)
+    engine = GraphEngine({f"{t.tree.name}/{b.name}": fake_recording(b) for b in bs}, kernels, {},
+                         torch.device("cpu"), launcher, graphs=False)
     launcher.engine = engine
     return Program({t.tree.name: t}, program.fmt, engine, "jev", {}), launcher
 
@@ -200,7 +201,7 @@ def test_graph_engine_split_and_pipelined_equals_whole(programs) -> None:
     assert big.stats.streams <= 2
     for g, w in zip(got, want, strict=True):
         assert isinstance(g, torch.Tensor) and torch.isfinite(g[:, 0]).all() and torch.equal(g, w)
-    for inst, g in zip(insts, got):  # alone, one call per instance: the same rows
+    for inst, g in zip(insts, got, strict=True):  # alone, one call per instance: the same rows
         (alone,) = small.label_logits([inst])
         assert torch.equal(alone, g)
 

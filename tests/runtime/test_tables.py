@@ -15,7 +15,8 @@ LENGTHS = st.integers(0, 150)
 
 
 @st.composite
-def segment_forests(draw, max_nodes: int = 8, lengths=LENGTHS, max_gap: int = 5) -> tuple[tuple[Segment, ...], int]:
+def segment_forests(draw, max_nodes: int = 8, lengths=LENGTHS, max_gap: int = 5
+                    ) -> tuple[tuple[Segment, ...], int]:
     """Random forests laid out in a random segment order with up to `max_gap` padding rows before each
     segment: the segments and the rows they span."""
     n = draw(st.integers(1, max_nodes))
@@ -85,7 +86,7 @@ def test_tables_pad_to_a_bucket_and_refuse_to_overflow_it() -> None:
         tables.path_levels(meta, depth=1)
 
 
-# ---- the tables, element by element: what the array code must equal -------------------------------------------
+# ---- the tables, element by element: what the array code must equal ----------------------------------------
 
 
 def _query_tiles(meta: StreamMeta, block_m: int, num_tiles: int) -> list[list[int]]:

@@ -1,4 +1,5 @@
-"""flidec.models.tokenizer: load_tokenizer on checkpoint directories, chat pieces, literal encoding, errors."""
+"""flidec.models.tokenizer: load_tokenizer on checkpoint directories, chat pieces, literal encoding,
+errors."""
 
 from __future__ import annotations
 

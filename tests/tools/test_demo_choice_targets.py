@@ -60,4 +60,5 @@ def test_noise_redraw_keeps_most_choice_targets_and_never_leaves_the_options():
     assert 0.93 < (targets == answers).mean() < 0.95
     assert ((targets >= 0) & (targets < options)).all()
     rng = random.Random(0)
-    assert all(0 <= noisy_label(rng, a, n, 0.5) < n for a, n in zip(answers[:500], options[:500]))
+    assert all(0 <= noisy_label(rng, a, n, 0.5) < n
+               for a, n in zip(answers[:500], options[:500], strict=True))

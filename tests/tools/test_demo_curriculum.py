@@ -40,7 +40,8 @@ def test_verbatim_choices_name_their_answer_and_no_other_option_in_the_state():
         names = list(x.question["criteria"])
         text = state_text(x.state)
         assert names_in(text, names[x.answer]), (names[x.answer], text)
-        assert not [n for i, n in enumerate(names) if i != x.answer and n.lower() in text.lower()], (names, text)
+        others = [n for i, n in enumerate(names) if i != x.answer and n.lower() in text.lower()]
+        assert not others, (names, text)
         assert all(d is None for d in x.question["criteria"].values())
 
 

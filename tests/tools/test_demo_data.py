@@ -109,4 +109,5 @@ def test_reshuffle_moves_answer_and_label_with_their_option():
 
 def test_example_request_shape():
     x = Example("record", {"a": 1}, {"type": "noul", "instructions": "Is it?"}, 0, 0)
-    assert x.request("id 1") == {"state": {"a": 1}, "questions": {"id 1": {"type": "noul", "instructions": "Is it?"}}}
+    assert x.request("id 1") == {"state": {"a": 1},
+                                 "questions": {"id 1": {"type": "noul", "instructions": "Is it?"}}}

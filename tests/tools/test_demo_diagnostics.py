@@ -129,20 +129,22 @@ def test_layer_pattern_repeats_over_the_layers():
 
 
 @pytest.mark.parametrize("pattern", ["f", "llf"])
-def test_layer_pattern_reaches_the_model_a_training_step_and_the_saved_config(pattern, demo_dir, render, tmp_path):
+def test_layer_pattern_reaches_the_model_a_training_step_and_the_saved_config(pattern, demo_dir, render,
+                                                                              tmp_path):
     tok = load_tokenizer(demo_dir)
     config = text_config(SIZES["micro"], -(-tok.vocab_size // 64) * 64, tok.pad_id, tok.eos_id, pattern)
     want = layer_types(pattern, SIZES["micro"].layers)
     assert list(config.layer_types) == want
     model = build_model(config, seed=0)
-    built = ["full_attention" if hasattr(layer, "self_attn") else "linear_attention" for layer in model.model.layers]
+    built = ["full_attention" if hasattr(layer, "self_attn") else "linear_attention"
+             for layer in model.model.layers]
     assert built == want
     before = [p.detach().clone() for p in model.parameters()]
     enc = encode_examples(render, set_examples(36, 12, kinds=("choice",)))
     log = train(model, enc, tok.pad_id, Schedule(warmup_frac=0.0, batch_tokens=100_000, max_steps=1),
                 torch.device("cpu"), log=lambda _: None, log_every=1)
     assert log.steps == 1 and np.isfinite(log.history[0]["loss_choice"])
-    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
     model.to(torch.bfloat16).save_pretrained(tmp_path)
     assert json.loads((tmp_path / "config.json").read_text())["layer_types"] == want
     assert list(TextConfig.from_dir(tmp_path).layer_types) == want
@@ -159,7 +161,8 @@ def test_script_with_the_diagnostic_flags_writes_what_it_trained(tmp_path):
                                "--asks=choice", "--verbatim-only", "--layer-pattern=f"])
     run = results["run"]
     assert run["layer_pattern"] == "f" and run["layer_types"] == ["full_attention"] * 4
-    assert run["asks"] == ["choice"] and run["verbatim_only"] and run["curriculum_frac"] == 0 and run["easy_steps"] == 0
+    assert run["asks"] == ["choice"] and run["verbatim_only"]
+    assert run["curriculum_frac"] == 0 and run["easy_steps"] == 0
     for row in run["history"]:
         assert row["loss_noul"] is None and row["loss_score"] is None and row["loss_choice"] is not None
     assert json.loads((out / "config.json").read_text())["layer_types"] == ["full_attention"] * 4
@@ -170,4 +173,5 @@ def test_script_with_the_diagnostic_flags_writes_what_it_trained(tmp_path):
     assert mix["examples"] == mix["count_choice"] == 60 and mix["count_noul"] == mix["count_score"] == 0
     card = (out / "MODEL_CARD.md").read_text()
     assert "layer pattern f" in card and "only choice asks" in card
-    assert "layers=f" in train_demo.summary(results) and "mix[asks=choice verbatim]" in train_demo.summary(results)
+    summary = train_demo.summary(results)
+    assert "layers=f" in summary and "mix[asks=choice verbatim]" in summary

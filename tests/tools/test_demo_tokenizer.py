@@ -23,7 +23,8 @@ def test_every_label_is_one_distinct_token(render):
 def test_specials_and_chat_pieces(demo_dir):
     tok = load_tokenizer(demo_dir)
     assert [tok.special_tokens[s] for s in SPECIALS] == list(range(len(SPECIALS)))
-    assert tok.eos_id == tok.special_tokens["<|im_end|>"] and tok.pad_id == tok.special_tokens["<|endoftext|>"]
+    assert tok.eos_id == tok.special_tokens["<|im_end|>"]
+    assert tok.pad_id == tok.special_tokens["<|endoftext|>"]
     assert tok.chat.before_user == "<|im_start|>user\n"
     assert tok.chat.generation_prompt == "<|im_start|>assistant\n<think>\n\n</think>\n\n"
     config = json.loads((demo_dir / "tokenizer_config.json").read_text())

@@ -34,7 +34,8 @@ def program(tmp_path_factory):
     from flidec.runtime.program import load
 
     out = tmp_path_factory.mktemp("demo") / "demo.cpu"
-    assert main(["compile", str(EXAMPLES / "demo.flide"), "--target", "cpu", "-o", str(out)]) == 0  # no --model
+    # no --model: the embedded demo model
+    assert main(["compile", str(EXAMPLES / "demo.flide"), "--target", "cpu", "-o", str(out)]) == 0
     return load(out, "cpu")
 
 
@@ -62,7 +63,8 @@ def test_the_package_ships_a_3_to_1_demo_of_at_most_30m_parameters_within_25_mb(
     from safetensors import safe_open
 
     files = {p.name for p in DEMO_MODEL.iterdir()}
-    assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "MODEL_CARD.md"} <= files
+    assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+            "MODEL_CARD.md"} <= files
     assert sum(p.stat().st_size for p in DEMO_MODEL.iterdir()) <= 25 * 2**20
     config = json.loads((DEMO_MODEL / "config.json").read_text())
     kinds = config["layer_types"]
