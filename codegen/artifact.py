@@ -23,7 +23,6 @@ import torch
 
 import flidec
 from flidec.codegen import aot
-from flidec.codegen.recording import Recording, write_recording
 from flidec.ir.errors import ArtifactError
 from flidec.ir.program import Program
 from flidec.ir.program_printer import print_program
@@ -31,6 +30,7 @@ from flidec.ir.serde import spec_to_json
 from flidec.ir.tree import Spec
 from flidec.runtime.artifact import FORMAT, weights_hash
 from flidec.runtime.launch import CompiledKernel
+from flidec.runtime.recording import Recording, write_recording
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "chat_template.json",
                    "special_tokens_map.json", "vocab.json", "merges.txt")

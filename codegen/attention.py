@@ -28,6 +28,7 @@ import triton.language as tl
 from flidec.codegen import eager
 from flidec.runtime import tables
 from flidec.runtime.meta import StreamMeta
+from flidec.runtime.recording import DTYPE_NAMES
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +58,6 @@ TILES: dict[int, AttentionTiles] = {
 # 465) 0.38 / 0.110 / 0.020, taken: the long states are where attention's time is. Fork == plain in every
 # variant.
 
-_DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 _OPERANDS = ("Q", "K", "V", "G", "O")
 
 
@@ -232,7 +232,7 @@ class AttentionSpec:
         return TILES[self.head_dim]
 
     def signature(self) -> dict[str, str]:
-        ptr = "*" + _DTYPES[self.dtype]
+        ptr = "*" + DTYPE_NAMES[self.dtype]
         sig = {name: ptr for name in ("q_ptr", "k_ptr", "v_ptr", "gate_ptr", "out_ptr")}
         sig |= {"tiles_ptr": "*i32", "levels_ptr": "*i32", "sm_scale": "fp32"}
         return sig | {name: "constexpr" for name in self.constexprs()}

@@ -19,6 +19,7 @@ import triton.language as tl
 
 from flidec.codegen import eager
 from flidec.runtime.meta import CONV_TAPS, StreamMeta
+from flidec.runtime.recording import DTYPE_NAMES
 from flidec.runtime.tables import conv_taps
 
 
@@ -31,8 +32,6 @@ class ConvTiles:
 
 
 TILES = ConvTiles(block_r=16, block_c=128, num_warps=4, num_stages=1)  # one choice for every bucket (E3)
-
-_DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 
 
 @triton.jit
@@ -77,9 +76,9 @@ class ConvSpec:
         return TILES
 
     def signature(self) -> dict[str, str]:
-        ptr = "*" + _DTYPES[self.dtype]
-        sig = {"x_ptr": ptr, "w_ptr": "*" + _DTYPES[self.weight_dtype], "out_ptr": ptr, "taps_ptr": "*i32",
-               "rows_ptr": "*i32"}
+        ptr = "*" + DTYPE_NAMES[self.dtype]
+        sig = {"x_ptr": ptr, "w_ptr": "*" + DTYPE_NAMES[self.weight_dtype], "out_ptr": ptr,
+               "taps_ptr": "*i32", "rows_ptr": "*i32"}
         return sig | {name: "constexpr" for name in self.constexprs()}
 
     def constexprs(self) -> dict[str, int]:

@@ -28,6 +28,7 @@ import triton
 import triton.language as tl
 
 from flidec.codegen import eager
+from flidec.runtime.recording import DTYPE_NAMES
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,8 +75,6 @@ def tiles_for(dtype: torch.dtype, rows: int, columns: int) -> GemmTiles:
     that serves them."""
     return next(t for most_rows, most_columns, t in TILES[dtype]
                 if rows <= most_rows and columns <= most_columns)
-
-_DTYPES = {torch.bfloat16: "bf16", torch.float32: "fp32"}
 
 
 # With group_m, programs take tiles group_m (8) row tiles at a time, each of those rows' column tiles
@@ -349,7 +348,7 @@ class GemmSpec:
 
     def signature(self, pointers: tuple[str, ...] = ("x_ptr", "w_ptr", "y_ptr")) -> dict[str, str]:
         """The kernel's parameter types; gemm_silu_mul_kernel names its pointers x, wg, wu, y."""
-        ptr = "*" + _DTYPES[self.dtype]
+        ptr = "*" + DTYPE_NAMES[self.dtype]
         sig = {name: ptr for name in pointers} | {"rows_ptr": "*i32"}
         return sig | {name: "constexpr" for name in self.constexprs()}
 
@@ -468,7 +467,7 @@ class GemmGroupSpec:
         return self.members[0].tiles
 
     def signature(self) -> dict[str, str]:
-        ptr = "*" + _DTYPES[self.members[0].dtype]
+        ptr = "*" + DTYPE_NAMES[self.members[0].dtype]
         sig = {"x_ptr": ptr} | {f"{p}{i}_ptr": ptr for i in range(GROUP) for p in ("w", "y")}
         sig |= {"rows_ptr": "*i32"}
         return sig | {name: "constexpr" for name in self.constexprs()}

@@ -23,9 +23,8 @@ import triton
 import triton.language as tl
 
 from flidec.codegen import eager
+from flidec.runtime.recording import DTYPE_NAMES
 
-DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", torch.int64: "i64",
-          torch.int32: "i32"}
 TILE_ELEMENTS = 8192  # elements per program tile: rows per program = TILE_ELEMENTS // BLOCK_D (fixed by D)
 NUM_WARPS = 4
 
@@ -290,7 +289,7 @@ ADD, SILU_MUL, SIGMOID_GATE = 0, 1, 2
 
 
 def _ptr(t: torch.Tensor) -> str:
-    return "*" + DTYPES[t.dtype]
+    return "*" + DTYPE_NAMES[t.dtype]
 
 
 def _tile(d: int) -> tuple[int, int]:

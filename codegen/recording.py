@@ -1,11 +1,12 @@
 """Recordings: a bucket's launch sequence, planned once at compile time, replayed with no tracing or tuning.
 
 Consumes the lowered, fused model graph (passes lower_forks .. fuse_pointwise) and a Bucket; produces a
-Recording: the buffers (weights by parameter name; constant tables with their values; the static meta
-buffers, derived kernel tables and activations in one arena at byte offsets, reused once dead), and the
-steps in order, each a kernel (its spec: name, signature, constexprs, warps) with its grid and arguments
-(buffer + element offset + shape/strides for tensors, typed values for scalars). Shapes come from running
-the graph on meta-device tensors (views keep their base and offset: a view is an argument, never a copy).
+Recording (runtime/recording.py: the format, written through its writer): the buffers (weights by name;
+constant tables with their values; the static meta buffers, derived kernel tables and activations in one
+arena at byte offsets, reused once dead), and the steps in order, each a kernel (its spec: name,
+signature, constexprs, warps) with its grid and arguments (buffer + element offset + shape/strides for
+tensors, typed values for scalars). Shapes come from running the graph on meta-device tensors (views keep
+their base and offset: a view is an argument, never a copy).
 Every op of the Qwen3.5 graph has an emitter (`register_emitter(op, fn, kernels)`); the forked Gated DeltaNet
 takes one launch per tree level on int32 work-item tables and an fp32 state-slot scratch buffer. A step
 whose op has no emitter is recorded as missing (op name and operands): such a recording is incomplete,
@@ -15,9 +16,6 @@ whose op has no emitter is recorded as missing (op name and operands): such a re
 
 from __future__ import annotations
 
-import hashlib
-import json
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,117 +29,11 @@ from flidec.ir.program import Bucket
 from flidec.passes import graph
 from flidec.runtime import tables
 from flidec.runtime.meta import CHUNK, StreamMeta
+from flidec.runtime.recording import DTYPE_NAMES, Arg, Buffer, KernelSpec, Recording, Step
 from flidec.runtime.tables import FillRequest, fill_meta
 
 ALIGN = 256  # byte alignment of every arena buffer (the kernels assume 16)
-VERSION = 1
-_DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16", torch.int64: "i64",
-                torch.int32: "i32"}
-_DTYPES = {v: k for k, v in _DTYPE_NAMES.items()}
 VIEW_OPS = {"getitem", "reshape", "view", "float", "contiguous"}
-
-
-@dataclass(frozen=True, slots=True)
-class Buffer:
-    """One buffer of the plan. `region`: weight (a parameter, by name), constant (values below), meta (the
-    binder fills it: `fill` names how), or activation. Arena buffers (meta, activation) have a byte offset."""
-
-    name: str
-    region: str
-    dtype: str
-    shape: tuple[int, ...]
-    offset: int = -1
-    fill: str = ""
-
-    @property
-    def nbytes(self) -> int:
-        return math.prod(self.shape) * torch.empty((), dtype=_DTYPES[self.dtype]).element_size()
-
-
-@dataclass(frozen=True, slots=True)
-class Arg:
-    """A tensor argument (buffer, element offset, shape, strides) or a scalar (dtype, value)."""
-
-    buffer: str = ""
-    offset: int = 0
-    shape: tuple[int, ...] = ()
-    strides: tuple[int, ...] = ()
-    scalar: str = ""  # Triton type of a scalar argument ("i32", "fp32")
-    value: int | float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class KernelSpec:
-    name: str
-    signature: tuple[tuple[str, str], ...]
-    constexprs: tuple[tuple[str, Any], ...]
-    num_warps: int
-    num_stages: int
-
-    @property
-    def key(self) -> str:
-        """What identifies the compiled kernel across buckets and layers (the AOT cache key)."""
-        return hashlib.sha256(json.dumps(_plain(self), sort_keys=True).encode()).hexdigest()[:32]
-
-
-@dataclass(frozen=True, slots=True)
-class Step:
-    node: str  # the graph node it computes
-    op: str
-    kernel: str = ""  # KernelSpec key; "" for a missing kernel
-    grid: tuple[int, ...] = ()
-    args: tuple[Arg, ...] = ()  # kernel arguments; for a missing kernel: its operands, then its outputs
-    outputs: int = 0  # for a missing kernel: how many of `args` (the last ones) it writes
-
-
-@dataclass(frozen=True, slots=True)
-class Recording:
-    bucket: Bucket
-    buffers: tuple[Buffer, ...]
-    arena_bytes: int
-    steps: tuple[Step, ...]
-    kernels: tuple[KernelSpec, ...]
-    constants: tuple[tuple[str, tuple[float, ...]], ...]
-    output: str
-
-    @property
-    def missing(self) -> tuple[str, ...]:
-        """The ops that have no kernel yet, once each, in order of first use."""
-        return tuple(dict.fromkeys(s.op for s in self.steps if not s.kernel))
-
-    @property
-    def complete(self) -> bool:
-        return not self.missing
-
-    def to_json(self) -> dict[str, Any]:
-        return {"flidec_recording": VERSION, **_plain(self), "complete": self.complete,
-                "missing": list(self.missing)}
-
-
-def recording_from_json(d: Mapping[str, Any]) -> Recording:
-    if d.get("flidec_recording") != VERSION:
-        raise ValueError(f"recording version {d.get('flidec_recording')!r}, this flidec reads {VERSION}")
-    return Recording(
-        bucket=Bucket(**d["bucket"]),
-        buffers=tuple(Buffer(**{**b, "shape": tuple(b["shape"])}) for b in d["buffers"]),
-        arena_bytes=d["arena_bytes"],
-        steps=tuple(Step(s["node"], s["op"], s["kernel"], tuple(s["grid"]),
-                         tuple(Arg(**{**a, "shape": tuple(a["shape"]), "strides": tuple(a["strides"])})
-                               for a in s["args"]), s["outputs"]) for s in d["steps"]),
-        kernels=tuple(KernelSpec(k["name"], tuple(map(tuple, k["signature"])),
-                                 tuple(map(tuple, k["constexprs"])), k["num_warps"], k["num_stages"])
-                      for k in d["kernels"]),
-        constants=tuple((n, tuple(v)) for n, v in d["constants"]),
-        output=d["output"],
-    )
-
-
-def _plain(obj: Any) -> Any:
-    if hasattr(obj, "__dataclass_fields__"):
-        return {f: _plain(getattr(obj, f)) for f in obj.__dataclass_fields__}
-    if isinstance(obj, (tuple, list)):
-        return [_plain(x) for x in obj]
-    return obj
 
 
 # ---- emitters ---------------------------------------------------------------------------------------------
@@ -442,7 +334,7 @@ def _plan(gm, bucket, env, runner, ctx, inputs, calls, output) -> Recording:
 
     def add(name: str, t: torch.Tensor, region: str, fill: str = "") -> None:
         roots[id(t)] = name
-        buffers[name] = Buffer(name, region, _DTYPE_NAMES[t.dtype], tuple(t.shape), fill=fill)
+        buffers[name] = Buffer(name, region, DTYPE_NAMES[t.dtype], tuple(t.shape), fill=fill)
 
     for name, t in inputs.items():
         add(name, t, "meta", name)
@@ -542,7 +434,7 @@ def play(rec: Recording, tokens: torch.Tensor, meta: StreamMeta, weights: Mappin
 
     def storage(name: str) -> torch.Tensor:
         b = by_name[name]
-        dtype = _DTYPES[b.dtype]
+        dtype = b.torch_dtype
         if b.region == "weight":
             return weights[name].reshape(-1)
         if b.region == "constant":
@@ -565,9 +457,4 @@ def play(rec: Recording, tokens: torch.Tensor, meta: StreamMeta, weights: Mappin
                                **dict(spec.constexprs))
     b = by_name[rec.output]
     return storage(rec.output).view(b.shape).clone()
-
-
-def write_recording(rec: Recording) -> bytes:
-    """Canonical JSON bytes of a recording (sorted keys, no spaces): deterministic."""
-    return json.dumps(rec.to_json(), sort_keys=True, separators=(",", ":")).encode()
 

@@ -39,9 +39,8 @@ from flidec.models.weights import resolve_model
 from flidec.runtime.answers import assemble
 from flidec.runtime.binder import Plan, Shape, Walker, bound_from_plans
 from flidec.runtime.program import error_record
+from flidec.runtime.recording import MODEL_DTYPES as DTYPES
 from flidec.runtime.reference.executor import ReferenceExecutor
-
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 @dataclass

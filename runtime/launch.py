@@ -21,18 +21,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-import numpy as np
-
 from flidec.ir.errors import ArtifactError
+from flidec.runtime.recording import DTYPES, numpy_type
 
 HIDDEN_PARAMS = 2  # Triton 3.6 appends global-scratch and profile-scratch pointers to every kernel
 SCRATCH_ALIGN = 256  # the global scratch buffer's alignment (torch's CUDA allocations are 512-byte aligned)
 DEFAULT_SHARED = 48 * 1024  # dynamic shared memory a launch may use without opting in
-SCALARS: dict[str, type] = {  # Triton scalar type -> the numpy type its value is passed as
-    "i1": np.bool_, "i8": np.int8, "i16": np.int16, "i32": np.int32, "i64": np.int64,
-    "u1": np.bool_, "u8": np.uint8, "u16": np.uint16, "u32": np.uint32, "u64": np.uint64,
-    "fp16": np.float16, "fp32": np.float32, "fp64": np.float64,
-}
+# Triton scalar type -> the numpy type its value is passed as (every named dtype but bf16, which numpy lacks)
+SCALARS: dict[str, type] = {name: numpy_type(name) for name in DTYPES if name != "bf16"}
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,7 +44,7 @@ from flidec.ir.tree import Tree
 from flidec.runtime.answers import assemble
 from flidec.runtime.artifact import load_manifest, weights_dir
 from flidec.runtime.binder import Bound, Plan, Shape, Site, bound_from_plans, merge_chains
-from flidec.runtime.buffers import DeviceBuffers, MetaStage, RecordingPlan, read_recording
+from flidec.runtime.buffers import DeviceBuffers, MetaStage
 from flidec.runtime.launch import (
     CompiledKernel,
     Launch,
@@ -56,9 +56,10 @@ from flidec.runtime.launch import (
 )
 from flidec.runtime.meta import Stream, build_meta, pad_meta
 from flidec.runtime.next_token import NextTokenFormat
+from flidec.runtime.recording import MODEL_DTYPES as DTYPES
+from flidec.runtime.recording import Recording, read_recording
 from flidec.runtime.templates import _TemplateWalker
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 # A replay's fixed cost in rows, for choosing which pieces share a stream (`_groups`): ~4.5 ms fixed over
 # ~5 us a row (r192 4.9 ms, r1024 8.7 ms, r6144 34.5 ms), measured on the H200 for Qwen3.5-0.8B shapes at
 # 67d2c56 (BENCHMARKS.md). Refitted at 82ad9e4 (r1024 to r32768, one to twelve instances a stream): ~1.3 ms,
@@ -143,7 +144,7 @@ class GraphEngine:
 
     needs_bucket = True
 
-    def __init__(self, plans: Mapping[str, RecordingPlan], kernels: Mapping[str, CompiledKernel],
+    def __init__(self, plans: Mapping[str, Recording], kernels: Mapping[str, CompiledKernel],
                  weights: Mapping[str, torch.Tensor], device: torch.device, launcher: Launcher, graphs: bool):
         self.plans = dict(plans)
         self.buffers = DeviceBuffers(self.plans, weights, device)
@@ -647,7 +648,7 @@ def _graph_engine(directory: Path, manifest: Mapping[str, Any], model_dir: Path,
                   launcher: Launcher | None, graphs: bool, dtype: str | None = None) -> GraphEngine:
     from flidec.models.weights import load_weights
 
-    plans: dict[str, RecordingPlan] = {}
+    plans: dict[str, Recording] = {}
     for entry in manifest["buckets"]:
         if "recording" not in entry:
             raise ArtifactError(f"{directory}: bucket {entry['tree']}/{entry['bucket']} has no recording "

@@ -30,13 +30,13 @@ import torch
 from safetensors.torch import save_file
 
 from flidec.ir.errors import FlideError
+from flidec.runtime.recording import MODEL_DTYPES
 from flidec.testing.tokenizer import save_hf_tokenizer
 
 VOCAB_SIZE = 248_320
 EOS_ID = 248_046  # <|im_end|>
 PAD_ID = 248_044  # <|endoftext|>
 SHARD_BYTES = 2 * 1024**3
-DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +145,7 @@ def text_config(size: Size, dtype: str = "bf16", *, vocab_size: int = VOCAB_SIZE
         },
         eos_token_id=eos_id,
         pad_token_id=pad_id,
-        dtype={"bf16": "bfloat16", "fp32": "float32"}[dtype],
+        dtype=str(MODEL_DTYPES[dtype]).removeprefix("torch."),  # the config's name: bfloat16, float32
     )
 
 
@@ -238,8 +238,8 @@ def make_checkpoint(
 ) -> Checkpoint:
     if size not in SIZES:
         raise ValueError(f"unknown size {size!r}; one of {', '.join(SIZES)}")
-    if dtype not in DTYPES:
-        raise ValueError(f"unknown dtype {dtype!r}; one of {', '.join(DTYPES)}")
+    if dtype not in MODEL_DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; one of {', '.join(MODEL_DTYPES)}")
     if layout not in ("causal", "conditional"):
         raise ValueError(f"unknown layout {layout!r}; causal or conditional")
     out = Path(out)
@@ -250,7 +250,7 @@ def make_checkpoint(
     save_hf_tokenizer(out)
     shapes = tensor_shapes(config, layout)
     if weights:
-        _write_weights(out, shapes, seed, DTYPES[dtype])
+        _write_weights(out, shapes, seed, MODEL_DTYPES[dtype])
     return Checkpoint(out, sum(math.prod(s) for s in shapes.values()), len(shapes))
 
 
@@ -302,7 +302,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--no-weights", action="store_true", help="write config and tokenizer only")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--dtype", choices=list(DTYPES), default="bf16")
+    parser.add_argument("--dtype", choices=list(MODEL_DTYPES), default="bf16")
     parser.add_argument("--layout", choices=["causal", "conditional"], default="causal")
     args = parser.parse_args(argv)
     try:
