@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--state-warps", type=int, help="the walk's warps (default: its TILES entry)")
     p.add_argument("--state-stages", type=int, help="the walk's pipelining stages (default: its TILES entry)")
     args = p.parse_args(argv)
-    from flidec.codegen import aot, gdn
+    from flidec.codegen import aot, gdn, gdn_out, gdn_prep, gdn_walk
 
     hk, hv, d = (int(x) for x in args.heads.split(","))
     conv = (2 * hk + hv) * d
@@ -49,14 +49,15 @@ def main(argv: list[str] | None = None) -> None:
     spec = gdn.GdnSpec(torch.bfloat16, gate, torch.bfloat16, hk, hv, d, d, args.fused,
                        ((conv, d), (conv, d), (conv, d), (hv, 1), (hv, 1), (hv * d, d)))
     t = spec.tiles
-    kernels = {"gdn_prep_kernel": (gdn.gdn_prep_kernel, spec.prep_signature(), spec.prep_constexprs(),
+    kernels = {"gdn_prep_kernel": (gdn_prep.gdn_prep_kernel, spec.prep_signature(), spec.prep_constexprs(),
                                    t.prep_warps, 1),
-               "gdn_state_kernel": (gdn.gdn_state_kernel, spec.state_signature(), spec.state_constexprs(),
-                                    args.state_warps or t.state_warps, args.state_stages or t.state_stages),
-               "gdn_out_kernel": (gdn.gdn_out_kernel, spec.out_signature(), spec.out_constexprs(),
+               "gdn_state_kernel": (gdn_walk.gdn_state_kernel, spec.state_signature(),
+                                    spec.state_constexprs(), args.state_warps or t.state_warps,
+                                    args.state_stages or t.state_stages),
+               "gdn_out_kernel": (gdn_out.gdn_out_kernel, spec.out_signature(), spec.out_constexprs(),
                                   t.out_warps, 1)}
     normed = dataclasses.replace(spec, norm=gdn.GdnNorm(torch.bfloat16, torch.bfloat16, (hv * d, d)))
-    kernels["  with norm"] = (gdn.gdn_out_kernel, normed.out_signature(), normed.out_constexprs(),
+    kernels["  with norm"] = (gdn_out.gdn_out_kernel, normed.out_signature(), normed.out_constexprs(),
                               t.out_warps, 1)
     print(f"heads {hk},{hv},{d} fused={args.fused}: {t}")
     for name, (fn, sig, consts, warps, stages) in kernels.items():

@@ -1,19 +1,12 @@
 """Fork attention: causal GQA attention over each query's path in a packed stream, one Triton kernel.
 
 Consumes q [T, Hq, D], k/v [T, Hkv, D] (rows of the stream, head dim contiguous), an optional output gate
-[T, Hq, D], and two tables from codegen/tables.py (query tiles, path levels); produces out [T, Hq, D] in
-q's dtype (out * sigmoid(gate) when gated), written only at segment rows.
-One program per (q head, query tile). A query tile is block_m consecutive logical positions of one
-segment, aligned to multiples of block_m; it walks its path's keys in tiles of block_n logical positions
-aligned to multiples of block_n, mapping each key position to its stream row through the path levels (a key
-tile may straddle a fork point), with an online softmax in fp32 (exp2, the scale folded into its argument).
-The key tiles before the query tile are walked level by level of the path: a tile wholly inside one level
-is read from one scalar row pointer plus constant offsets (consecutive rows), a tile holding a fork point
-is gathered key by key; the way a tile is read changes its addresses, never its bits.
-Relies on (E3): every quantity a query's result depends on is a function of its path and its logical
-position alone (its row inside the query tile, the key tiles it walks, the column of each key inside them),
-so a forked stream and the plain single-sequence stream of the same path give identical bits, provided the
-tile choices (TILES) are the same in every bucket.
+[T, Hq, D] and two tables of runtime/tables.py (query tiles, path levels); produces out [T, Hq, D] in q's
+dtype (out * sigmoid(gate) when gated), written only at segment rows. One program per (q head, query tile):
+block_m aligned logical positions of one segment walk their path's keys in aligned tiles of block_n, each
+key position mapped to its stream row through the path levels, with an online softmax in fp32. Relies on
+E3: all a query's result depends on is a function of its path and logical position, so a forked stream
+and the plain stream of the same path give identical bits with the same TILES in every bucket.
 """
 
 from __future__ import annotations
@@ -29,6 +22,11 @@ from flidec.codegen import eager
 from flidec.runtime import tables
 from flidec.runtime.meta import StreamMeta
 from flidec.runtime.recording import DTYPE_NAMES
+
+# Key tiles before the query tile are walked level by level of the path: a tile wholly inside one level is
+# read from one scalar row pointer plus constant offsets (consecutive rows), a tile holding a fork point is
+# gathered key by key; the way a tile is read changes its addresses, never its bits. The softmax uses exp2
+# with the scale folded into its argument.
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,17 +44,11 @@ TILES: dict[int, AttentionTiles] = {
     128: AttentionTiles(block_m=64, block_n=64, num_warps=4, num_stages=2),
     256: AttentionTiles(block_m=128, block_n=64, num_warps=8, num_stages=2),
 }
-# Head dim 256 measured on the H200 (benchmarks/attention_tiles.py, 2026-11-29, 8 query and 2 kv heads, a
-# 5,000-token state with 9 branches; the kernel before its key tiles were read as runs): 0.63 ms at 4 warps,
-# 0.81 at 8; 3 stages 0.74 (8 warps); 32-key tiles 1.07; 128-query tiles with 32-key tiles and 1 stage 0.71.
-# Registers (benchmarks/attention_spills.py, Triton 3.6, sm_90, 8,2,256 gated, depth 4): 255 and STACK 120
-# bytes (160 before), mostly in the epilogue; the key-tile loop of runs is 541 SASS instructions with 3
-# local loads/stores (the loop before: 790), the whole kernel 5,200 (6,040). Timed on the H200 after that
-# rewrite (attention_tiles.py, 2026-11-29; the 5,000-token state, RACE-like 4,921 rows, 177 rows alone):
-# 64-query tiles on 4 warps 0.49 / 0.113 / 0.016 ms; 1 stage 0.51 / 0.102 / 0.019; 8 warps 0.71 / 0.128 /
-# 0.016; 128-query tiles on 8 warps (192 KB of shared memory with 2 stages; 255 registers, STACK 56, loop
-# 465) 0.38 / 0.110 / 0.020, taken: the long states are where attention's time is. Fork == plain in every
-# variant.
+# Head dim 256 (benchmarks/attention_tiles.py times the choices, attention_spills.py counts registers and
+# spills): 128-query tiles on 8 warps were the fastest on long states, where attention's time is, and a
+# little slower on a short question alone; smaller key tiles, more stages, or 4 warps at 128 queries were
+# slower. Reading the key tiles before the query tile as runs (one row pointer a tile) cut the key loop's
+# instructions and local memory traffic. Fork == plain in every variant tried.
 
 _OPERANDS = ("Q", "K", "V", "G", "O")
 

@@ -5,17 +5,8 @@ from device memory (ROWS below); produces those rows of y [M, N] in x's dtype, w
 program per (BLOCK_M rows, BLOCK_N columns) tile; K is reduced in BLOCK_K steps from 0 upward, in the same
 order for every row, with no split-K, so neither M nor a row's place among the tiles changes its result.
 `gemm_group_kernel` runs up to four projections of one x (passes/group_linears.py) in one launch, each tile
-computed as gemm_kernel's would be, so each member has the bits of its own launch.
-The tiles may depend on M (TILES: small launches get more, smaller tiles) without breaking E3 for bf16: on
-sm_90 the tensor cores add K into the fp32 accumulator 16 at a time from 0 upward whatever the tile, so every
-tile shape gives the same bits. Measured on the H200 (benchmarks/gemm_tiles.py, 2026-11-29): the 0.8B
-projections' outputs at 192, 1024 and 6,144 rows have identical digests under 7 tile choices (BLOCK_M 64 and
-128, BLOCK_N 64 to 256, BLOCK_K 32 and 64, 4 or 8 warps, 3 or 4 stages); test_aot_gpu.py checks the rungs
-against each other on the hardware. That holds only while every tile runs on wgmma (BLOCK_M a multiple of 64,
-warps a multiple of 4), K is never split and the input precision stays; fp32 (FMA products) keeps one
-choice.
-Above 1,024 rows the single and grouped launches (the SwiGLU launch above 8,192) are persistent and TMA-fed
-(PERSISTENT below): the same tiles and K order, so the same bits.
+computed as gemm_kernel's would be. Above 1,024 rows the launches are persistent and TMA-fed (PERSISTENT),
+with the same tiles and K order. Relies on E3 holding across tile shapes for bf16 (TILES' comment).
 """
 
 from __future__ import annotations
@@ -44,18 +35,19 @@ class GemmTiles:
     programs: int = 0
 
 
+# The tiles may depend on M without breaking E3 for bf16: on sm_90 the tensor cores add K into the fp32
+# accumulator 16 at a time from 0 upward whatever the tile, so every tile shape gives the same bits (the 0.8B
+# projections' outputs have identical digests under every choice benchmarks/gemm_tiles.py tries, and
+# test_aot_gpu.py checks the rungs against each other on the hardware). That holds only while every tile
+# runs on wgmma (BLOCK_M a multiple of 64, warps a multiple of 4), K is never split and the input precision
+# stays; fp32 (FMA products) keeps one choice.
 # Per dtype, rungs of (largest M served, largest N served, tiles): a launch takes the first rung serving its
-# rows and columns. bf16, measured on the H200 over a 0.8B pass (186 launches, benchmarks/gemm_tiles.py): at
-# 192 rows 64 x 64 tiles on 4 warps and 4 stages take 1.53 ms against 2.47 for 128 x 128 (16 programs for an
-# N = 1,024 projection leave most SMs idle); at 768 rows 2.74 against 3.25 ms (384: 1.86 / 2.66, 512: 2.16 /
-# 2.71); at 1,024 rows they tie (3.27 / 3.28 ms) and at 6,144 they lose (17.9 against 13.2 ms). Every tile
-# choice gave the same bits at every row count. In the replays (benchmarks/profile_runtime.py, 2026-11-29):
-# 6 stages up to 256 rows cut r192's single and grouped projections 1,112 -> 893 us (the SwiGLU kernel, two
-# weight tiles a stage, keeps 4: silu_mul_spec); 64 x 128 tiles at 1,024 rows cut r1024's N = 1,024 launches
-# (out and down projections: 64 programs of 128 x 128) 1,175 -> 833 us, but made the wide ones slower.
-# Tiles walked by a fixed number of programs (persistent, flattened with the K loops) lost at every size
-# with pointer loads; fed by TMA they win above 1,024 rows (PERSISTENT), where the last rung takes over
-# (between 1,024 and 6,144 rows the crossover is not measured).
+# rows and columns (benchmarks/gemm_tiles.py and profile_runtime.py time them). Small launches take smaller
+# tiles because a few large tiles of a narrow projection leave most SMs idle; they lose once the rows fill the
+# GPU. Six stages pay up to 256 rows (the SwiGLU kernel, two weight tiles a stage, keeps 4: silu_mul_spec),
+# and 64 x 128 tiles help the N = 1,024 launches at 1,024 rows but not the wide ones. Tiles walked by a fixed
+# number of programs lost at every size with pointer loads; fed by TMA they win above 1,024 rows
+# (PERSISTENT), where the last rung takes over. Every tile choice gives the same bits at every row count.
 ANY = 2**31 - 1
 SMS = 132  # the SMs of an H100 SXM or H200 (sm_90's parts with the most): a persistent launch's programs
 # 128 x 128 tiles a program each: on 4 stages the grouped launch's pointer loads need 256 KiB of shared memory
@@ -78,14 +70,11 @@ def tiles_for(dtype: torch.dtype, rows: int, columns: int) -> GemmTiles:
 
 
 # With group_m, programs take tiles group_m (8) row tiles at a time, each of those rows' column tiles
-# before the next rows' (_tile). At 24,594 rows (the offline path's four QuALITY-like instances, r32768), in
-# the grid's order (all row tiles of a column tile, then the next column tile) x (64 MB at K = 1,024) left L2
-# before the next column tile came back to it: the grouped projections took 33.4 ms against 4.4 at 6,106
-# rows, 7.6x the time for 5.4x the rows. gemm_tiles.py on the H200 (2026-11-30), grouped pass: 24,576 rows
-# 58.7 -> 49.6 ms with groups of 8; 6,144 rows 12.05 -> 12.36 ms (x fits in L2 there), 1,024 rows 2.38 either
-# way; between 6,144 and 24,576 not measured. Which program computes a tile does not change its bits. The
-# persistent rung (PERSISTENT) walks its tiles in this order at every size (measured with it at 6,144 rows).
-
+# before the next rows' (_tile). In the grid's order (all row tiles of a column tile, then the next column
+# tile) a very long x (the offline path's packed instances) leaves L2 before the next column tile comes back
+# to it, and the grouped projections grew faster than their rows; grouping fixes that and costs nothing
+# measurable where x fits in L2. Which program computes a tile does not change its bits. The persistent rung
+# (PERSISTENT) walks its tiles in this order at every size.
 
 # ROWS: the kernels read how many rows to compute from a device int32 (`rows_ptr`), and the programs of row
 # tiles past it return at once (PERSISTENT: the walk ends at its last tile). A bucket's grid covers its rows
@@ -224,12 +213,9 @@ def gemm_group_kernel(
 # one's last products and store, and x and W come in by TMA (descriptors built on the device, in Triton's
 # global scratch, which the runtime provides: runtime/launch.py). A tile's products and K order are
 # gemm_kernel's, so its bits are too. The descriptors' row count is the rows pointer's, so TMA returns
-# zeros past the stream's rows and the walk covers only its tiles. On the H200 (2026-11-30, one launch per
-# 0.8B projection shape at 6,144 rows, weighted as a pass; all outputs torch.equal to gemm_kernel's):
-# gemm_kernel's tiles 11.41 ms, persistent 128 x 128 on 4 stages 10.30, flattened 9.47, 128 x 256 9.90,
-# one program per tile with TMA 10.49, cuBLAS 8.65; at 1,024 rows the flattened walk lost (2.58 against
-# 2.51 ms), so the rungs up to 1,024 rows keep a program per tile.
-
+# zeros past the stream's rows and the walk covers only its tiles. The flattened, TMA-fed walk was the
+# fastest form at large row counts (closest to cuBLAS, outputs torch.equal to gemm_kernel's) and lost at
+# 1,024 rows, so the rungs up to 1,024 rows keep a program per tile.
 
 @triton.jit
 def _grouped(t, num_m, num_n: tl.constexpr, GROUP_M: tl.constexpr):
@@ -417,18 +403,17 @@ def linear(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = Non
 SILU_MUL_POINTERS = ("x_ptr", "wg_ptr", "wu_ptr", "y_ptr")
 
 
-# The SwiGLU launch is PERSISTENT only above 8,192 rows, and a program per tile below (128 x 128 tiles on 3
-# stages, as before it): in the replays (profile_runtime on the H200, 2026-11-30) its persistent form was
-# slower at r1536 (845 -> 900 us; on another machine 840 against 899) and no faster at r6144 (4,278 -> 4,339
-# us; on the other machine 4,317 against 4,313), faster at r32768 (16,623 -> 15,872 us), while the single and
-# grouped projections gained 10-22% at all three.
+# The SwiGLU launch is PERSISTENT only above SILU_MUL_PERSISTENT_ROWS, and a program per tile below (128 x
+# 128 tiles on 3 stages, as before it): in the replays its persistent form was slower or no faster at the
+# ladder's middle buckets and faster only at the offline path's largest, while the single and grouped
+# projections gained at all of them.
 SILU_MUL_PERSISTENT_ROWS = 8192
 
 
 def silu_mul_spec(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, y: torch.Tensor) -> GemmSpec:
     """gemm_silu_mul_kernel's spec: gemm_kernel's for one projection (signature(SILU_MUL_POINTERS)), both
-    weights alike, on at most 4 stages: a stage holds two weight tiles, and 6 (TILES' first rung: 144 KiB of
-    shared memory, room for one program an SM) were slower (r192's SwiGLU launches 290 -> 364 us, H200).
+    weights alike, on at most 4 stages: a stage holds two weight tiles, and 6 (TILES' first rung) fill the
+    shared memory with one program an SM, which was slower.
     PERSISTENT above SILU_MUL_PERSISTENT_ROWS rows only."""
     spec = gemm_spec(x, w_gate, y)
     if w_up.shape != w_gate.shape or w_up.dtype != w_gate.dtype or w_up.stride() != w_gate.stride():

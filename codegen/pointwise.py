@@ -1,16 +1,13 @@
 """Fused row-wise Triton kernels: the norms, gates, products, adds and gathers between the GEMMs.
 
-Consumes operands as torch tensors (real, or on the meta device when the recording plans launches): each is a
-set of rows of D contiguous elements, addressed as a 2-D [rows, D] or 3-D [T, H, D] view with any row and head
-strides (q/k heads inside a projection, say), so views are never copied. Produces KernelCall values (kernel,
-signature, constexprs, grid, arguments) that `launch` runs eagerly (interpreter on the CPU, JIT on a GPU) and
-the recording stores for AOT. Row counts are read at launch and everything else is constexpr, so one
-compiled kernel serves every bucket. Relies on (E3): a program reduces only within a row, in a fixed order set
-by D alone, so a row's bits never depend on the other rows nor on how many there are. ROWS: each kernel reads
-how many tokens' rows to compute from a device int32 (`rows_ptr`; the stream's, from its meta, in a replay:
-codegen/gemm.py ROWS) and its programs past them return at once, so padding rows cost nothing and keep
-whatever they held. Numerics: fp32 inside, one rounding to the output dtype per result (the reference rounds
-between some steps: bf16 results agree within TOLERANCE).
+Consumes operands as torch tensors (real, or on the meta device when the recording plans launches), each a
+set of rows of D contiguous elements viewed as [rows, D] or [T, H, D] with any row and head strides, so views
+are never copied; produces KernelCall values that `launch` runs eagerly (interpreter on the CPU, JIT on a
+GPU) and the recording stores for AOT. Row counts are read at launch from a device int32 (`rows_ptr`, as in
+codegen/gemm.py ROWS: programs past them return at once) and the rest is constexpr, so one compiled kernel
+serves every bucket. Relies on E3: a program reduces only within a row, in a fixed order set by D alone.
+fp32 inside, one rounding to the output dtype per result (bf16 results agree with the reference within
+TOLERANCE, which rounds between some steps).
 """
 
 from __future__ import annotations

@@ -29,7 +29,10 @@ import torch
 import triton
 from flidec.codegen import aot
 from flidec.codegen.conv import ConvSpec, fork_conv_kernel
-from flidec.codegen.gdn import GdnNorm, GdnSpec, gdn_out_kernel, gdn_prep_kernel, gdn_state_kernel
+from flidec.codegen.gdn import GdnNorm, GdnSpec
+from flidec.codegen.gdn_out import gdn_out_kernel
+from flidec.codegen.gdn_prep import gdn_prep_kernel
+from flidec.codegen.gdn_walk import gdn_state_kernel
 
 out = Path(sys.argv[1])
 h, d = 16, 128

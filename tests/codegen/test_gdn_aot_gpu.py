@@ -10,14 +10,10 @@ import torch
 
 from flidec.codegen import aot, eager
 from flidec.codegen.conv import ConvSpec, fork_conv_kernel
-from flidec.codegen.gdn import (
-    ChunkWork,
-    GdnSpec,
-    gdn_out_kernel,
-    gdn_prep_kernel,
-    gdn_state_kernel,
-    slot_buffer,
-)
+from flidec.codegen.gdn import ChunkWork, GdnSpec, slot_buffer
+from flidec.codegen.gdn_out import gdn_out_kernel
+from flidec.codegen.gdn_prep import gdn_prep_kernel
+from flidec.codegen.gdn_walk import gdn_state_kernel
 from flidec.runtime.launch import CompiledKernel
 from flidec.runtime.reference import ops
 from flidec.runtime.reference.forests import pack_forest, path_stream
