@@ -7,29 +7,37 @@ arena at byte offsets, reused once dead), and the steps in order, each a kernel 
 signature, constexprs, warps) with its grid and arguments (buffer + element offset + shape/strides for
 tensors, typed values for scalars). Shapes come from running the graph on meta-device tensors (views keep
 their base and offset: a view is an argument, never a copy).
-Every op of the Qwen3.5 graph has an emitter (`register_emitter(op, fn, kernels)`); the forked Gated DeltaNet
-takes one launch per tree level on int32 work-item tables and an fp32 state-slot scratch buffer. A step
-whose op has no emitter is recorded as missing (op name and operands): such a recording is incomplete,
-`flidec compile` refuses it and `play` stops at it. `play` runs a recording eagerly on a bound stream
-(interpreter on the CPU), its meta buffers filled by runtime/tables.py's rules, as the runtime fills them.
+Every op the recorder meets has an emitter registered against its op table entry (register_emitter), found
+by the node's target; the forked Gated DeltaNet takes one launch per tree level on int32 work-item tables
+and an fp32 state-slot scratch buffer. A step whose op has no emitter is recorded as missing (op name and
+operands): `flidec compile` refuses such a recording and `play` stops at it. `play` runs a recording eagerly
+on a bound stream (interpreter on the CPU), its meta buffers filled by runtime/tables.py's rules.
 """
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 import torch.fx
+import torch.nn.functional as F
 
 from flidec.codegen import attention, conv, gdn, gemm, pointwise
+from flidec.codegen.gdn_out import gdn_out_kernel
+from flidec.codegen.gdn_prep import gdn_prep_kernel
+from flidec.codegen.gdn_walk import gdn_state_kernel
 from flidec.codegen.pointwise import KernelCall
 from flidec.ir.program import Bucket
 from flidec.passes import graph
 from flidec.runtime import tables
 from flidec.runtime.meta import CHUNK, StreamMeta
 from flidec.runtime.recording import DTYPE_NAMES, Arg, Buffer, KernelSpec, Recording, Step
+from flidec.runtime.reference import op_table, ops
+from flidec.runtime.reference.op_table import BY_FN as OPS_BY_FN
+from flidec.runtime.reference.op_table import Op, meta_like
 from flidec.runtime.tables import FillRequest, fill_meta
 
 ALIGN = 256  # byte alignment of every arena buffer (the kernels assume 16)
@@ -69,13 +77,20 @@ class EmitContext:
         return t
 
 
-# op name -> fn(ctx, out, *node args) -> KernelCalls; `out` is the node's (meta) output, or tuple of outputs
+# op table entry -> fn(ctx, out, *node args) -> KernelCalls; `out` is the node's (meta) output, or tuple of
+# outputs
 Emitter = Callable[..., list[KernelCall]]
-EMITTERS: dict[str, Emitter] = {}
+EMITTERS: dict[Op, Emitter] = {}
 JIT_KERNELS: dict[str, Any] = {}  # kernel name -> @triton.jit function, for playing and AOT compiling
 
 
-def register_emitter(op: str, fn: Emitter, kernels: tuple[Any, ...]) -> None:
+def register_emitter(target: Callable[..., Any], fn: Emitter, kernels: tuple[Any, ...]) -> None:
+    """`fn` emits the launches of the op table's entry for `target` (the function graph nodes call);
+    `kernels` are the @triton.jit functions it may launch."""
+    op = OPS_BY_FN.get(target)
+    if op is None:
+        raise ValueError(f"register_emitter: {getattr(target, '__name__', target)} has no entry in "
+                         "runtime/reference/op_table.py OPS; declare the op there first")
     EMITTERS[op] = fn
     for k in kernels:
         JIT_KERNELS[k.__name__] = k
@@ -202,72 +217,48 @@ def _pw(fn: Callable[..., KernelCall]) -> Emitter:
     return emit
 
 
-register_emitter("linear", _gemm, (gemm.gemm_kernel, gemm.gemm_tma_kernel))
-register_emitter("linear_group", _gemm_group, (gemm.gemm_group_kernel, gemm.gemm_group_tma_kernel))
-register_emitter("linear_silu_mul", _gemm_silu_mul,
+register_emitter(ops.linear, _gemm, (gemm.gemm_kernel, gemm.gemm_tma_kernel))
+register_emitter(op_table.linear_group, _gemm_group, (gemm.gemm_group_kernel, gemm.gemm_group_tma_kernel))
+register_emitter(op_table.linear_silu_mul, _gemm_silu_mul,
                  (gemm.gemm_silu_mul_kernel, gemm.gemm_silu_mul_tma_kernel))
-register_emitter("fork_conv_static", _conv, (conv.fork_conv_kernel,))
-register_emitter("fork_gdn_static", _gdn, (gdn.gdn_prep_kernel, gdn.gdn_state_kernel, gdn.gdn_out_kernel))
-register_emitter("fork_gdn_gated", _gdn_gated, ())
-register_emitter("fork_gdn_normed", _gdn_normed, ())
-register_emitter("fork_attention_gated", _attention, (attention.fork_attention_kernel,))
-register_emitter("rms_norm", _pw(lambda out, x, w, eps, rows: pointwise.emit_rms_norm(x, w, out, eps, rows)),
+register_emitter(op_table.fork_conv_static, _conv, (conv.fork_conv_kernel,))
+register_emitter(op_table.fork_gdn_static, _gdn, (gdn_prep_kernel, gdn_state_kernel, gdn_out_kernel))
+register_emitter(op_table.fork_gdn_gated, _gdn_gated, ())
+register_emitter(op_table.fork_gdn_normed, _gdn_normed, ())
+register_emitter(op_table.fork_attention_gated, _attention, (attention.fork_attention_kernel,))
+register_emitter(ops.rms_norm,
+                 _pw(lambda out, x, w, eps, rows: pointwise.emit_rms_norm(x, w, out, eps, rows)),
                  (pointwise.rms_norm_kernel,))
-register_emitter("rms_norm_f32", EMITTERS["rms_norm"], ())
-register_emitter("add_rms_norm",
+register_emitter(op_table.rms_norm_f32, EMITTERS[OPS_BY_FN[ops.rms_norm]], ())
+register_emitter(op_table.add_rms_norm,
                  _pw(lambda out, x, y, w, eps, rows: pointwise.emit_add_rms_norm(x, y, w, *out, eps, rows)),
                  (pointwise.add_rms_norm_kernel,))
-register_emitter("gated_rms_norm",
+register_emitter(ops.gated_rms_norm,
                  _pw(lambda out, x, z, w, eps, rows: pointwise.emit_gated_rms_norm(x, z, w, out, eps, rows)),
                  (pointwise.gated_rms_norm_kernel,))
-register_emitter("rotary", _pw(lambda out, x, pos, inv, rows: pointwise.emit_rotary(x, pos, inv, out, rows)),
+register_emitter(ops.rotary,
+                 _pw(lambda out, x, pos, inv, rows: pointwise.emit_rotary(x, pos, inv, out, rows)),
                  (pointwise.rotary_kernel,))
-register_emitter("add", _pw(lambda out, a, b, rows: pointwise.emit_binary(pointwise.ADD, a, b, out, rows)),
+register_emitter(operator.add,
+                 _pw(lambda out, a, b, rows: pointwise.emit_binary(pointwise.ADD, a, b, out, rows)),
                  (pointwise.binary_kernel,))
-register_emitter("silu_mul",
+register_emitter(op_table.silu_mul,
                  _pw(lambda out, a, b, rows: pointwise.emit_binary(pointwise.SILU_MUL, a, b, out, rows)), ())
-register_emitter("embedding",
+register_emitter(F.embedding,
                  _pw(lambda out, idx, w, rows, **_: pointwise.emit_gather_rows(w, idx, out, rows)),
                  (pointwise.gather_rows_kernel,))
-register_emitter("gather_rows",
+register_emitter(op_table.gather_rows,
                  _pw(lambda out, x, idx, rows: pointwise.emit_gather_rows(x, idx, out, rows)), ())
-register_emitter("gdn_decay",
+register_emitter(ops.gdn_decay,
                  _pw(lambda out, a, a_log, dt, rows: pointwise.emit_gdn_gate(a, out, a_log, dt, rows)),
                  (pointwise.gdn_gate_kernel,))
-register_emitter("gdn_beta", _pw(lambda out, b, rows: pointwise.emit_gdn_gate(b, out, rows=rows)), ())
-register_emitter("label_head", lambda ctx, out, h, w, lab, n: [pointwise.emit_label_head(h, w, lab, n, out)],
+register_emitter(ops.gdn_beta, _pw(lambda out, b, rows: pointwise.emit_gdn_gate(b, out, rows=rows)), ())
+register_emitter(op_table.label_head,
+                 lambda ctx, out, h, w, lab, n: [pointwise.emit_label_head(h, w, lab, n, out)],
                  (pointwise.label_head_kernel,))  # one program per read and label block: no rows pointer
 
 
 # ---- shapes: the graph on meta tensors ---------------------------------------------------------------------
-
-
-def _like(x: torch.Tensor, dtype: torch.dtype | None = None, shape: tuple[int, ...] | None = None
-          ) -> torch.Tensor:
-    return torch.empty(x.shape if shape is None else shape, dtype=dtype or x.dtype, device="meta")
-
-
-F32 = torch.float32
-OUTPUTS: dict[str, Callable[..., Any]] = {  # leaf op -> its output(s) on the meta device
-    "linear": lambda x, w: _like(x, shape=(x.shape[0], w.shape[0])),
-    "linear_group": lambda x, ws: tuple(_like(x, shape=(x.shape[0], w.shape[0])) for w in ws),
-    "linear_silu_mul": lambda x, wg, wu: _like(x, shape=(x.shape[0], wg.shape[0])),
-    "rms_norm": lambda x, w, eps: _like(x),
-    "rms_norm_f32": lambda x, w, eps: _like(x, F32),
-    "add_rms_norm": lambda x, y, w, eps: (_like(x), _like(x)),
-    "gated_rms_norm": lambda x, z, w, eps: _like(x),
-    "gdn_decay": lambda a, *_: _like(a, F32),
-    "gdn_beta": lambda b: _like(b, F32),
-    "rotary": lambda x, pos, inv: _like(x),
-    "silu_mul": lambda a, b: _like(a),
-    "gather_rows": lambda x, rows: _like(x, shape=(rows.shape[0], *x.shape[1:])),
-    "label_head": lambda h, w, labels, n: _like(h, F32, tuple(labels.shape)),
-    "fork_conv_static": lambda x, w, prev: _like(x),
-    "fork_gdn_static": lambda q, k, v, g, beta, s: _like(v, q.dtype),
-    "fork_gdn_gated": lambda q, k, v, a, b, a_log, dt_bias, s: _like(v, q.dtype),
-    "fork_gdn_normed": lambda q, k, v, a, b, a_log, dt_bias, z, w, eps, s: _like(v, q.dtype),
-    "fork_attention_gated": lambda q, k, v, gate, s: _like(q, shape=(q.shape[0], q.shape[1] * q.shape[2])),
-}
 
 
 class _MetaRun(torch.fx.Interpreter):
@@ -280,16 +271,16 @@ class _MetaRun(torch.fx.Interpreter):
 
     def get_attr(self, target, args, kwargs):
         real = super().get_attr(target, args, kwargs)
-        t = _like(real)
+        t = meta_like(real)
         self.params[id(t)] = target
         if target not in dict(self.module.named_parameters()):
             self.constants[target] = real.detach().float()  # a computed buffer (inv_freq): a constant table
         return t
 
     def call_function(self, target, args, kwargs):
-        name = getattr(target, "__name__", "")
-        if name in OUTPUTS:
-            return OUTPUTS[name](*args, **kwargs)
+        op = OPS_BY_FN.get(target)
+        if op is not None and op.outputs is not None:
+            return op.outputs(*args, **kwargs)
         return target(*args, **kwargs)
 
 
@@ -323,7 +314,8 @@ def record(gm: torch.fx.GraphModule, bucket: Bucket) -> Recording:
             name = graph.op_name(node)
             if node.op == "get_attr" or (name in VIEW_OPS and _is_view(env[node], args[0])):
                 continue
-            emit = EMITTERS.get(name)
+            op = OPS_BY_FN.get(node.target) if node.op == "call_function" else None
+            emit = EMITTERS.get(op) if op is not None else None
             calls.append((node, name, emit(ctx, env[node], *args, **kwargs) if emit else None))
     return _plan(gm, bucket, env, runner, ctx, inputs, calls, output)
 

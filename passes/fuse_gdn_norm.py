@@ -17,8 +17,9 @@ import torch
 import torch.fx
 
 from flidec.ir.errors import FlideError
-from flidec.passes.graph import copy_module, finish, fork_gdn_normed, is_lowered, op_name
+from flidec.passes.graph import copy_module, finish, is_lowered, op_name
 from flidec.passes.manager import register
+from flidec.runtime.reference.op_table import fork_gdn_normed
 
 
 @register("fuse_gdn_norm", level_in="fx", level_out="fx")

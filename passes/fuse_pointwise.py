@@ -24,18 +24,15 @@ import torch
 import torch.fx
 
 from flidec.ir.errors import FlideError
-from flidec.passes.graph import (
+from flidec.passes.graph import copy_module, finish, is_lowered, op_name
+from flidec.passes.manager import register
+from flidec.runtime.reference.op_table import (
     add_rms_norm,
-    copy_module,
-    finish,
     fork_attention_gated,
     fork_gdn_gated,
-    is_lowered,
-    op_name,
     rms_norm_f32,
     silu_mul,
 )
-from flidec.passes.manager import register
 
 
 def _single_use(n: object, name: str) -> bool:

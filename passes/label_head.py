@@ -12,9 +12,10 @@ from __future__ import annotations
 import torch.fx
 
 from flidec.ir.errors import FlideError
-from flidec.passes.graph import copy_module, finish, gather_rows, op_name
-from flidec.passes.graph import label_head as label_head_op
+from flidec.passes.graph import copy_module, finish, op_name
 from flidec.passes.manager import register
+from flidec.runtime.reference.op_table import gather_rows
+from flidec.runtime.reference.op_table import label_head as label_head_op
 
 
 @register("label_head", level_in="fx", level_out="fx")

@@ -16,16 +16,9 @@ import operator
 import torch.fx
 
 from flidec.ir.errors import FlideError
-from flidec.passes.graph import (
-    copy_module,
-    finish,
-    fork_attention_static,
-    fork_conv_static,
-    fork_gdn_static,
-    op_name,
-    placeholder,
-)
+from flidec.passes.graph import copy_module, finish, op_name, placeholder
 from flidec.passes.manager import register
+from flidec.runtime.reference.op_table import fork_attention_static, fork_conv_static, fork_gdn_static
 from flidec.runtime.tables import META_BUFFERS
 
 # fork op -> (its lowered form, the static buffer that replaces its meta argument)

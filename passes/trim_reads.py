@@ -15,8 +15,9 @@ import re
 import torch.fx
 
 from flidec.ir.errors import FlideError
-from flidec.passes.graph import copy_module, finish, gather_rows, op_name
+from flidec.passes.graph import copy_module, finish, op_name
 from flidec.passes.manager import register
+from flidec.runtime.reference.op_table import gather_rows
 
 _POST_NORM = re.compile(r"layers\.(\d+)\.post_attention_layernorm\.weight")
 

@@ -23,6 +23,7 @@ from torch import nn
 from flidec.models.config import LINEAR, TextConfig
 from flidec.models.weights import expected_shapes, load_weights
 from flidec.runtime.meta import StreamMeta
+from flidec.runtime.reference.op_table import MODEL_OPS
 from flidec.runtime.reference.ops import (
     fork_attention,
     fork_conv,
@@ -37,10 +38,7 @@ from flidec.runtime.reference.ops import (
 )
 
 # Leaf calls: kept whole in the traced graph (they loop over tiles, segments and chunks, or read meta).
-LEAF_OPS = (
-    "linear", "rms_norm", "gated_rms_norm", "gdn_decay", "gdn_beta", "rotary",
-    "fork_conv", "fork_attention", "fork_gdn", "label_logits",
-)
+LEAF_OPS = tuple(op.name for op in MODEL_OPS)
 for _name in LEAF_OPS:
     torch.fx.wrap(_name)
 

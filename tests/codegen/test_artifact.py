@@ -27,6 +27,7 @@ from flidec.models.qwen3_5 import Qwen35
 from flidec.models.tokenizer import load_tokenizer
 from flidec.runtime.artifact import load_manifest, weights_dir
 from flidec.runtime.binder import bind
+from flidec.runtime.reference import op_table
 from flidec.runtime.reference.executor import ReferenceExecutor
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -124,7 +125,7 @@ def test_incomplete_artifact_is_refused(gpu_artifacts, tmp_path) -> None:
 
 def test_sm90_compile_refuses_an_op_without_kernel(tiny_checkpoint, tmp_path, capsys, monkeypatch) -> None:
     # fails in the recording, before any kernel is compiled: safe in this interpreting process
-    monkeypatch.delitem(recording.EMITTERS, "fork_gdn_normed")
+    monkeypatch.delitem(recording.EMITTERS, op_table.BY_NAME["fork_gdn_normed"])
     assert main(["compile", str(EXAMPLES / "classifier.flide"), "--model", str(tiny_checkpoint), "--target",
                  "sm_90", "-o", str(tmp_path / "out")]) == 1
     err = capsys.readouterr().err

@@ -20,6 +20,7 @@ from flidec.passes.manager import run
 from flidec.passes.pipeline import GRAPH_PIPELINE  # registers the passes
 from flidec.runtime.meta import Read, Segment, build_meta, linear_stream, pad_meta
 from flidec.runtime.recording import recording_from_json, write_recording
+from flidec.runtime.reference import op_table
 from flidec.runtime.reference.tolerance import TOLERANCE
 
 PIPELINE = list(GRAPH_PIPELINE)
@@ -169,7 +170,7 @@ def test_gdn_launches_a_prep_one_state_walk_per_level_then_the_outputs_on_the_bu
 
 def test_a_step_without_kernel_is_named_and_refuses_to_play(model, monkeypatch) -> None:
     traced, _, weights = model
-    monkeypatch.delitem(recording.EMITTERS, "fork_gdn_normed")
+    monkeypatch.delitem(recording.EMITTERS, op_table.BY_NAME["fork_gdn_normed"])
     rec = recording.record(run(traced, PIPELINE).ir, BUCKET)
     assert rec.missing == ("fork_gdn_normed",)
     assert json.loads(write_recording(rec))["complete"] is False
