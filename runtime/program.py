@@ -144,18 +144,18 @@ class GraphEngine:
 
     needs_bucket = True
 
-    def __init__(self, plans: Mapping[str, Recording], kernels: Mapping[str, CompiledKernel],
+    def __init__(self, recordings: Mapping[str, Recording], kernels: Mapping[str, CompiledKernel],
                  weights: Mapping[str, torch.Tensor], device: torch.device, launcher: Launcher, graphs: bool):
-        self.plans = dict(plans)
-        self.buffers = DeviceBuffers(self.plans, weights, device)
+        self.recordings = dict(recordings)
+        self.buffers = DeviceBuffers(self.recordings, weights, device)
         self.launcher = launcher
         self.handles = {key: launcher.load(k) for key, k in sorted(kernels.items())}  # all before any capture
         self.kernels = dict(kernels)
         self.pin = device.type == "cuda"
-        for name, plan in self.plans.items():
-            if plan.missing:
-                raise ArtifactError(f"bucket {name}: no kernel for {', '.join(plan.missing)}")
-            for i, step in enumerate(plan.steps):
+        for name, rec in self.recordings.items():
+            if rec.missing:
+                raise ArtifactError(f"bucket {name}: no kernel for {', '.join(rec.missing)}")
+            for i, step in enumerate(rec.steps):
                 if step.kernel not in self.kernels:
                     raise ArtifactError(f"bucket {name}, step {i} ({step.node}): kernel {step.kernel} is "
                                         "not in the artifact")
@@ -170,7 +170,7 @@ class GraphEngine:
         # one global scratch buffer for every launch that takes one (TMA descriptors built on the device):
         # a bucket's launches run one after another on one stream, and so do its replays
         need = max((scratch_bytes(self.kernels[step.kernel], grid3(step.grid))
-                    for plan in self.plans.values() for step in plan.steps), default=0)
+                    for rec in self.recordings.values() for step in rec.steps), default=0)
         self.scratch = torch.empty(need, dtype=torch.uint8, device=device) if need else None
 
     def resolve(self, name: str) -> tuple[tuple[object, Launch], ...]:
@@ -178,22 +178,22 @@ class GraphEngine:
         call."""
         launches = self.launches.get(name)
         if launches is None:
-            plan = self.plans[name]
+            rec = self.recordings[name]
             launches = self.launches[name] = tuple(
                 (self.handles[step.kernel],
                  Launch(self.kernels[step.kernel], grid3(step.grid),
                         pack_args(self.kernels[step.kernel], step.args,
-                                  lambda a: self.buffers.pointer(plan, a),
+                                  lambda a: self.buffers.pointer(rec, a),
                                   f"bucket {name}, step {i} ({step.node})",
                                   0 if self.scratch is None else self.scratch.data_ptr())))
-                for i, step in enumerate(plan.steps))
+                for i, step in enumerate(rec.steps))
         return launches
 
     def stage(self, name: str) -> MetaStage:
         """The bucket's meta stage, made at the first call."""
         stage = self.stages.get(name)
         if stage is None:
-            stage = self.stages[name] = MetaStage(self.plans[name], pin=self.pin)
+            stage = self.stages[name] = MetaStage(self.recordings[name], pin=self.pin)
         return stage
 
     def _launch_all(self, name: str) -> None:
@@ -237,7 +237,7 @@ class GraphEngine:
             self._graph(key).replay()
         else:
             self._launch_all(key)
-        return self.buffers.output(self.plans[key])[: len(stream.meta.reads)]
+        return self.buffers.output(self.recordings[key])[: len(stream.meta.reads)]
 
 
 # ---- binding, splitting and packing ------------------------------------------------------------------------

@@ -155,11 +155,11 @@ class PathLauncher:
     def launch(self, handle: object, launch) -> None:
         assert self.engine is not None
         self.launches += 1
-        plan = next(p for p in self.engine.plans.values() if p.bucket.name == handle)
+        rec = next(r for r in self.engine.recordings.values() if r.bucket.name == handle)
         arena = self.engine.buffers.arena
 
         def view(name: str) -> torch.Tensor:
-            b = plan.buffer(name)
+            b = rec.buffer(name)
             return arena[b.offset : b.offset + b.nbytes].view(b.torch_dtype).view(b.shape)
 
         tokens, positions, segs = view("tokens"), view("positions"), view("segments").tolist()
