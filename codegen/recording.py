@@ -292,7 +292,7 @@ def _is_view(value: Any, source: Any) -> bool:
 
 
 def record(gm: torch.fx.GraphModule, bucket: Bucket) -> Recording:
-    """Plan the launches of a lowered (and fused) graph for `bucket`."""
+    """The recording of a lowered (and fused) graph for `bucket`: its launches, buffers and arena."""
     if not graph.is_lowered(gm):
         raise ValueError("record needs a lowered graph (run lower_forks first)")
     inputs = {b.name: torch.empty(b.shape, dtype=b.dtype, device="meta") for b in tables.meta_buffers(bucket)}
@@ -317,10 +317,11 @@ def record(gm: torch.fx.GraphModule, bucket: Bucket) -> Recording:
             op = OPS_BY_FN.get(node.target) if node.op == "call_function" else None
             emit = EMITTERS.get(op) if op is not None else None
             calls.append((node, name, emit(ctx, env[node], *args, **kwargs) if emit else None))
-    return _plan(gm, bucket, env, runner, ctx, inputs, calls, output)
+    return _assemble(gm, bucket, env, runner, ctx, inputs, calls, output)
 
 
-def _plan(gm, bucket, env, runner, ctx, inputs, calls, output) -> Recording:
+def _assemble(gm, bucket, env, runner, ctx, inputs, calls, output) -> Recording:
+    """The recording of the noted calls: buffers named and placed in the arena, steps, kernels, constants."""
     roots: dict[int, str] = {}  # id(root tensor) -> buffer name
     buffers: dict[str, Buffer] = {}
 

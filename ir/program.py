@@ -42,9 +42,10 @@ class Layout:
 
 
 @dataclass(frozen=True, slots=True)
-class BucketPlan:
-    """A bucket and its worst-case padding: the largest fraction of its rows left empty by an instance
-    that lands in it (the smallest bucket that fits), over the profile or, without one, the bounds."""
+class Rung:
+    """A rung of a tree's bucket ladder: a bucket and its worst-case padding (the largest fraction of its
+    rows left empty by an instance that lands in it, the smallest bucket that fits, over the profile or,
+    without one, the bounds)."""
 
     bucket: Bucket
     padding: float
@@ -59,7 +60,7 @@ class TreeProgram:
 
     template: TreeTemplate
     worst: Sizes
-    buckets: tuple[BucketPlan, ...]
+    buckets: tuple[Rung, ...]
     basis: str
 
     @property

@@ -8,7 +8,7 @@ are spec names (letters, digits, _ and dots), so fields need no quoting; floats 
 
 from __future__ import annotations
 
-from flidec.ir.program import Bucket, BucketPlan, Layout, Program, TreeProgram
+from flidec.ir.program import Bucket, Layout, Program, Rung, TreeProgram
 from flidec.ir.template import (
     Child,
     Const,
@@ -181,7 +181,7 @@ def parse_program(text: str) -> Program:
         name, basis = words[0], _fields(n, words[1:], ("basis",))["basis"]
         n, words = lines.take(2, "worst")
         worst = Sizes(**{k: _int(n, v) for k, v in _fields(n, words, _SIZES).items()})
-        plans = []
+        rungs = []
         while lines.peek(2, "bucket"):
             n, words = lines.take(2, "bucket")
             f = _fields(n, words[1:], _SIZES + ("padding",))
@@ -191,11 +191,11 @@ def parse_program(text: str) -> Program:
                 n, words = lines.take(3, "layout")
                 lf = _fields(n, words, ("order", "level_rows"))
                 layout = Layout(_parse_ints(n, lf["order"]), _parse_ints(n, lf["level_rows"]))
-            plans.append(BucketPlan(bucket, float(f["padding"]), layout))
+            rungs.append(Rung(bucket, float(f["padding"]), layout))
         template = _parse_tree_template(lines, 2)
         if template.tree != name:
             raise ParseError(f"tree {name} holds the template of tree {template.tree}")
-        trees.append(TreeProgram(template, worst, tuple(plans), basis))
+        trees.append(TreeProgram(template, worst, tuple(rungs), basis))
     lines.done()
     return Program(tuple(trees), padding)
 

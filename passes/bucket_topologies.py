@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from flidec.ir.program import ROW_ALIGN, Bucket, BucketPlan, Program, TreeProgram
+from flidec.ir.program import ROW_ALIGN, Bucket, Program, Rung, TreeProgram
 from flidec.ir.template import (
     Sizes,
     Templates,
@@ -70,15 +70,15 @@ def bucket_tree(t: TreeTemplate, profile: Sequence[Sizes], padding: float, max_r
     else:
         rows, basis = _ladder(least, min(worst.rows, max_rows)), "bounds"
     reads_per_row = max_reads_per_segment(t)
-    plans = []
+    rungs = []
     for k, r in enumerate(rows):
         bucket = Bucket(f"r{r}", r, max_segments(t, worst, r), worst.depth,
                         min(worst.reads, r * reads_per_row), worst.labels)
         below = rows[k - 1] if k else 0
         landing = [p.rows for p in profile if below < p.rows <= r]
         smallest = min(landing) if landing else max(below + 1, least)  # no profiled instance: the bounds
-        plans.append(BucketPlan(bucket, round(max(0, r - smallest) / r, 4)))
-    return TreeProgram(t, worst, tuple(plans), basis)
+        rungs.append(Rung(bucket, round(max(0, r - smallest) / r, 4)))
+    return TreeProgram(t, worst, tuple(rungs), basis)
 
 
 def max_segments(t: TreeTemplate, worst: Sizes, rows: int) -> int:

@@ -10,7 +10,7 @@ from collections.abc import Iterator, Sequence
 from hypothesis import given
 from hypothesis import strategies as st
 
-from flidec.ir.program import Bucket, BucketPlan, TreeProgram
+from flidec.ir.program import Bucket, Rung, TreeProgram
 from flidec.ir.template import Sizes
 from flidec.runtime.program import FIXED_ROWS, TreeRuntime, _fits, _groups, _Piece, combine
 
@@ -26,8 +26,8 @@ def ladder(most: int = 65536) -> list[int]:
 
 def runtime(rows: Sequence[int], segments: int = 65, reads: int = 64) -> TreeRuntime:
     # _groups reads only the bucket ladder: no tree or template needed
-    plans = tuple(BucketPlan(Bucket(f"r{r}", r, min(segments, r), 2, reads, 255), 0.0) for r in rows)
-    return TreeRuntime(None, TreeProgram(None, None, plans, "bounds"))  # type: ignore[arg-type]
+    rungs = tuple(Rung(Bucket(f"r{r}", r, min(segments, r), 2, reads, 255), 0.0) for r in rows)
+    return TreeRuntime(None, TreeProgram(None, None, rungs, "bounds"))  # type: ignore[arg-type]
 
 
 def pieces(rows: Sequence[int], segments: int = 1, reads: int = 1) -> list[_Piece]:
