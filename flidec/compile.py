@@ -34,13 +34,13 @@ from flidec.frontend import load_spec
 from flidec.ir.errors import FlideError
 from flidec.ir.tree import Spec
 from flidec.models.config import TextConfig
-from flidec.models.qwen3_5 import Qwen35
 from flidec.models.tokenizer import load_tokenizer
 from flidec.models.weights import resolve_model
 from flidec.passes.manager import PASSES, Options, run
 from flidec.passes.pipeline import GRAPH_PIPELINE, TREE_PIPELINE, CompileContext
 from flidec.run import staging_dir
 from flidec.runtime.launch import CompiledKernel, read_kernel
+from flidec.runtime.reference.qwen3_5 import Qwen35
 
 TARGETS = ("sm_90", "cpu")
 GPU_DTYPE = torch.bfloat16

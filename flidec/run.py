@@ -33,7 +33,6 @@ from flidec.ir.errors import FlideError, InstanceError
 from flidec.ir.instance import loads_instance, validate_instance, value_problems
 from flidec.ir.tree import Spec, Tree
 from flidec.models import DEMO_MODEL
-from flidec.models.qwen3_5 import Qwen35
 from flidec.models.tokenizer import load_tokenizer
 from flidec.models.weights import resolve_model
 from flidec.runtime.answers import assemble
@@ -41,6 +40,7 @@ from flidec.runtime.binder import Plan, Shape, Walker, bound_from_plans
 from flidec.runtime.program import error_record
 from flidec.runtime.recording import MODEL_DTYPES as DTYPES
 from flidec.runtime.reference.executor import ReferenceExecutor
+from flidec.runtime.reference.qwen3_5 import Qwen35
 
 
 @dataclass

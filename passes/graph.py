@@ -1,13 +1,11 @@
-"""The model-graph IR level ("fx"): torch.fx GraphModules of flidec.models.qwen3_5, and the ops passes put in.
+"""The model-graph IR level ("fx"): torch.fx GraphModules of the reference Qwen3.5 and the passes' helpers.
 
-Consumes a GraphModule traced from Qwen35 (`forward(tokens, meta)`); the graph passes (lower_forks,
-label_head, trim_reads, fuse_pointwise, group_linears, fuse_gdn_norm) rewrite it with the GRAPH ops of
-runtime/reference/op_table.py, each a torch.fx leaf function whose body is its plain-torch reference, so
-the reference executor runs every stage of the pipeline. After lower_forks the graph reads no StreamMeta
-object: it takes `forward(tokens, tables)`, `tables` mapping the static meta buffer names (META_BUFFERS) to
-tensors sized by the bucket (`static_tables` fills them from a stream's meta). Registers the level with the
-pass manager: its verifier is Graph.lint plus "nothing reads the meta object after lowering"; its printer is
-`render`.
+Consumes a GraphModule traced from Qwen35 (`forward(tokens, meta)`); the graph passes rewrite it with the
+GRAPH ops of runtime/reference/op_table.py, leaf functions whose bodies are their plain-torch references, so
+the reference executor runs every stage. After lower_forks the graph reads no StreamMeta object: it takes
+`forward(tokens, tables)`, `tables` mapping the static meta buffer names (META_BUFFERS) to tensors sized by
+the bucket (`static_tables` fills them from a stream's meta). Registers the level with the pass manager: its
+verifier is Graph.lint plus "no lowered graph calls a meta-reading op"; its printer is `render`.
 """
 
 from __future__ import annotations

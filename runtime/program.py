@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import torch
+import torch.fx
 
 from flidec.ir.errors import ArtifactError, FlideError, InstanceError
 from flidec.ir.instance import validate_instance
@@ -41,6 +42,8 @@ from flidec.ir.program_printer import parse_program
 from flidec.ir.serde import spec_from_json
 from flidec.ir.template import Sizes
 from flidec.ir.tree import Tree
+from flidec.models.tokenizer import load_tokenizer
+from flidec.models.weights import load_weights
 from flidec.runtime.answers import assemble
 from flidec.runtime.artifact import load_manifest, weights_dir
 from flidec.runtime.binder import Bound, Plan, Shape, Site, bound_from_plans, merge_chains
@@ -58,6 +61,7 @@ from flidec.runtime.meta import Stream, build_meta, pad_meta
 from flidec.runtime.next_token import NextTokenFormat
 from flidec.runtime.recording import MODEL_DTYPES as DTYPES
 from flidec.runtime.recording import Recording, read_recording
+from flidec.runtime.reference.qwen3_5 import Qwen35
 from flidec.runtime.templates import _TemplateWalker
 
 # A replay's fixed cost in rows, for choosing which pieces share a stream (`_groups`): ~4.5 ms fixed over
@@ -121,9 +125,6 @@ class ReferenceEngine:
     needs_bucket = False
 
     def __init__(self, model_dir: Path, dtype: torch.dtype, device: torch.device):
-        import torch.fx
-
-        from flidec.models.qwen3_5 import Qwen35
         from flidec.runtime.reference.executor import ReferenceExecutor
 
         module = Qwen35.from_pretrained(model_dir, dtype).to(device)
@@ -626,8 +627,6 @@ def load(artifact: str | Path, device: str | torch.device = "cuda", *, dtype: st
     program = parse_program((directory / "program.txt").read_text(encoding="utf-8"))
     if spec.format.name != "next_token":
         raise ArtifactError(f"{directory}: format {spec.format.name} is not one this runtime reads")
-    from flidec.models.tokenizer import load_tokenizer
-
     fmt = NextTokenFormat(load_tokenizer(directory / "tokenizer"))
     by_name = {t.name: t for t in spec.trees}
     trees = {t.name: TreeRuntime(by_name[t.name], t) for t in program.trees}
@@ -646,8 +645,6 @@ def load(artifact: str | Path, device: str | torch.device = "cuda", *, dtype: st
 
 def _graph_engine(directory: Path, manifest: Mapping[str, Any], model_dir: Path, device: torch.device,
                   launcher: Launcher | None, graphs: bool, dtype: str | None = None) -> GraphEngine:
-    from flidec.models.weights import load_weights
-
     plans: dict[str, Recording] = {}
     for entry in manifest["buckets"]:
         if "recording" not in entry:

@@ -1,6 +1,6 @@
 """flidec-ref and flidec-ref-solo: flidec's reference executor on the traced Qwen35, forked or not.
 
-Consumes a model directory (flidec.models.qwen3_5.Qwen35 in bf16, traced with torch.fx and run by
+Consumes a model directory (flidec.runtime.reference.qwen3_5.Qwen35 in bf16, traced with torch.fx and run by
 flidec.runtime.reference.executor.ReferenceExecutor) and a Work; produces label logits per read.
 flidec-ref packs each instance's segment forest (the binder's segments) into streams of at most
 `max_rows` rows, several instances per stream offline: the state is computed once per instance.
@@ -32,8 +32,8 @@ class FlidecReference:
     def load(self, model_dir: Path, device: str) -> dict:
         import torch.fx
 
-        from flidec.models.qwen3_5 import Qwen35
         from flidec.runtime.reference.executor import ReferenceExecutor
+        from flidec.runtime.reference.qwen3_5 import Qwen35
 
         self.device = device
         model = Qwen35.from_pretrained(model_dir, self.dtype).to(device)

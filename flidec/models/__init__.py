@@ -1,5 +1,7 @@
-"""Models: configs, weights and tokenizers from Hugging Face layouts, the compact Qwen3.5, and the embedded
-demo model."""
+"""Models: configs, weights and tokenizers from Hugging Face layouts, and the embedded demo model.
+
+The compact Qwen3.5 is runtime/reference/qwen3_5.py: the runtime imports this package, never the reverse.
+"""
 
 from pathlib import Path
 

@@ -2,7 +2,7 @@
 
 Each Op names a torch.fx leaf function, its plain-torch reference (the function itself: its body composes
 runtime/reference/ops.py), the rule giving its output(s) on meta-device operands, and where it goes next.
-flidec/models/qwen3_5.py wraps the MODEL ops as leaf calls, the passes insert the GRAPH ops, and
+runtime/reference/qwen3_5.py wraps the MODEL ops as leaf calls, the passes insert the GRAPH ops, and
 codegen/recording.py registers one emitter per Op and shapes the graph by `outputs`. It
 sits beside the reference ops, the lowest level all of them import: the runtime may not import passes/ or
 codegen/, and the reference executor runs every stage of the graph. A new op is one entry here plus its
@@ -163,12 +163,14 @@ OPS: tuple[Op, ...] = (
        lambda q, k, v, gate, s: meta_like(q, shape=(q.shape[0], q.shape[1] * q.shape[2])),
        "codegen/attention.py"),
     Op(fork_gdn_static, GRAPH, lambda q, k, v, g, beta, s: meta_like(v, q.dtype), "codegen/gdn.py"),
-    Op(fork_gdn_gated, GRAPH, lambda q, k, v, a, b, a_log, dt_bias, s: meta_like(v, q.dtype), "codegen/gdn.py"),
+    Op(fork_gdn_gated, GRAPH, lambda q, k, v, a, b, a_log, dt_bias, s: meta_like(v, q.dtype),
+       "codegen/gdn.py"),
     Op(fork_gdn_normed, GRAPH, lambda q, k, v, a, b, a_log, dt_bias, z, w, eps, s: meta_like(v, q.dtype),
        "codegen/gdn.py"),
     Op(gather_rows, GRAPH, lambda x, rows: meta_like(x, shape=(rows.shape[0], *x.shape[1:])), POINTWISE),
     Op(label_head, GRAPH, lambda h, w, labels, n: meta_like(h, F32, tuple(labels.shape)), POINTWISE),
-    Op(linear_group, GRAPH, lambda x, ws: tuple(meta_like(x, shape=(x.shape[0], w.shape[0])) for w in ws), GEMM),
+    Op(linear_group, GRAPH, lambda x, ws: tuple(meta_like(x, shape=(x.shape[0], w.shape[0])) for w in ws),
+       GEMM),
     Op(linear_silu_mul, GRAPH, lambda x, wg, wu: meta_like(x, shape=(x.shape[0], wg.shape[0])), GEMM),
     Op(silu_mul, GRAPH, lambda a, b: meta_like(a), POINTWISE),
     Op(add_rms_norm, GRAPH, lambda x, y, w, eps: (meta_like(x), meta_like(x)), POINTWISE),

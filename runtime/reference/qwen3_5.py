@@ -1,14 +1,13 @@
-"""A compact Qwen3.5 text model over a packed stream, traceable with torch.fx.
+"""The reference model: a compact Qwen3.5 text model over a packed stream, traceable with torch.fx.
 
 Consumes a TextConfig and weights named as in flidec.models.weights; `forward(tokens [T], meta)` returns the
-fp32 label logits of meta's reads [R, Lmax]; `hidden_states` returns the final-normed fp32 hidden state of
-every row. Every row-wise product and norm goes through the reference ops (fixed row tiles), and the ops that
-read other rows or need meta (fork_conv, fork_attention, fork_gdn, label_logits, rotary) are torch.fx leaf
-calls (torch.fx.wrap below), so `torch.fx.symbolic_trace` yields a graph that fork-lowering passes can
-rewrite. The architecture follows transformers' modeling_qwen3_5 (its numerical reference): zero-centred
-RMSNorm; gated attention (q_proj -> query and output gate, q/k norm, partial RoPE, GQA); Gated DeltaNet
-(causal conv + SiLU over qkv, L2-normed q/k, g = -exp(A_log) * softplus(a + dt_bias), beta = sigmoid(b),
-gated RMSNorm with silu(z)); SwiGLU MLP; tied or untied head.
+fp32 label logits of meta's reads [R, Lmax], `hidden_states` every row's final-normed fp32 hidden state.
+Every row-wise product and norm is a reference op, and the op table's MODEL ops are torch.fx leaf calls, so
+`symbolic_trace` yields the graph the passes rewrite. It lives in the runtime, beside the ops it is made of,
+because the runtime's reference engine runs it: the runtime imports flidec.models (configs, weights,
+tokenizers) and flidec.models imports nothing of the runtime. Architecture as transformers' modeling_qwen3_5
+(its numerical reference): zero-centred RMSNorm, gated attention with partial RoPE and GQA, Gated DeltaNet
+(causal conv + SiLU, L2-normed q/k, gated RMSNorm with silu(z)), SwiGLU MLP, tied or untied head.
 """
 
 from __future__ import annotations

@@ -23,12 +23,12 @@ from flidec.compile import compile_artifact
 from flidec.formats import make_format
 from flidec.ir.errors import ArtifactError
 from flidec.ir.serde import spec_from_json
-from flidec.models.qwen3_5 import Qwen35
 from flidec.models.tokenizer import load_tokenizer
 from flidec.runtime.artifact import load_manifest, weights_dir
 from flidec.runtime.binder import bind
 from flidec.runtime.reference import op_table
 from flidec.runtime.reference.executor import ReferenceExecutor
+from flidec.runtime.reference.qwen3_5 import Qwen35
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 NAMES = sorted(p.stem for p in EXAMPLES.glob("*.flide"))

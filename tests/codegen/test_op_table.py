@@ -6,8 +6,7 @@ import pytest
 import torch
 
 from flidec.codegen import recording
-from flidec.models import qwen3_5
-from flidec.runtime.reference import op_table
+from flidec.runtime.reference import op_table, qwen3_5
 
 # Ops the recorder never meets: the model's fork ops are lowered (lower_forks, label_head), and the plain
 # fork attention is always fused with its output gate (fuse_pointwise).

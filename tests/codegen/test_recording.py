@@ -14,13 +14,13 @@ import torch.fx
 
 from flidec.codegen import recording
 from flidec.ir.program import Bucket
-from flidec.models.qwen3_5 import Qwen35
 from flidec.passes import graph
 from flidec.passes.manager import run
 from flidec.passes.pipeline import GRAPH_PIPELINE  # registers the passes
 from flidec.runtime.meta import Read, Segment, build_meta, linear_stream, pad_meta
 from flidec.runtime.recording import recording_from_json, write_recording
 from flidec.runtime.reference import op_table
+from flidec.runtime.reference.qwen3_5 import Qwen35
 from flidec.runtime.reference.tolerance import TOLERANCE
 
 PIPELINE = list(GRAPH_PIPELINE)

@@ -12,9 +12,9 @@ from safetensors.torch import load_file, save_file
 
 from flidec.ir.errors import ModelError
 from flidec.models.config import TextConfig
-from flidec.models.qwen3_5 import Qwen35
 from flidec.models.weights import load_weights
 from flidec.runtime.meta import linear_stream
+from flidec.runtime.reference.qwen3_5 import Qwen35
 
 
 @pytest.mark.parametrize("length", [1, 63, 64, 65, 130])

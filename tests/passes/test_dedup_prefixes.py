@@ -12,9 +12,9 @@ import torch.fx
 
 from flidec.ir.program_printer import parse_templates, print_templates
 from flidec.ir.template import Const, ReadTemplate, Repeat, SegmentTemplate, Slot, Templates, TreeTemplate
-from flidec.models.qwen3_5 import Qwen35
 from flidec.passes.manager import PassError, run
 from flidec.runtime.reference.executor import ReferenceExecutor
+from flidec.runtime.reference.qwen3_5 import Qwen35
 from flidec.runtime.templates import bind_template
 
 FOLD = ["verify", "fold_prompt_text"]

@@ -14,11 +14,11 @@ import torch
 import torch.fx
 
 from flidec.ir.program import Bucket
-from flidec.models.qwen3_5 import Qwen35
 from flidec.passes import graph
 from flidec.passes.manager import PassError, run
 from flidec.passes.pipeline import GRAPH_PIPELINE  # registers the passes
 from flidec.runtime.meta import Read, Segment, build_meta
+from flidec.runtime.reference.qwen3_5 import Qwen35
 from flidec.runtime.tables import META_BUFFERS
 
 GOLDEN = Path(__file__).parent / "golden"

@@ -16,10 +16,10 @@ import torch.fx
 
 from flidec.formats import make_format
 from flidec.frontend import load_spec
-from flidec.models.qwen3_5 import Qwen35
 from flidec.models.tokenizer import load_tokenizer
 from flidec.runtime.binder import bind, plain_streams
 from flidec.runtime.reference.executor import ReferenceExecutor
+from flidec.runtime.reference.qwen3_5 import Qwen35
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}

@@ -37,9 +37,9 @@ def forked():
 
 def record(checkpoint):
     from flidec.codegen import recording
-    from flidec.models.qwen3_5 import Qwen35
     from flidec.passes.manager import run
     from flidec.passes.pipeline import GRAPH_PIPELINE
+    from flidec.runtime.reference.qwen3_5 import Qwen35
 
     module = Qwen35.from_pretrained(checkpoint, torch.bfloat16)
     lowered = run(torch.fx.symbolic_trace(module), GRAPH_PIPELINE).ir
