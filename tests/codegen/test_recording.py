@@ -18,7 +18,7 @@ from flidec.passes import graph
 from flidec.passes.manager import run
 from flidec.passes.pipeline import GRAPH_PIPELINE  # registers the passes
 from flidec.runtime.meta import Read, Segment, build_meta, linear_stream, pad_meta
-from flidec.runtime.recording import recording_from_json, write_recording
+from flidec.runtime.recording import MODEL_DTYPES, recording_from_json, write_recording
 from flidec.runtime.reference import op_table
 from flidec.runtime.reference.qwen3_5 import Qwen35
 from flidec.runtime.reference.tolerance import TOLERANCE
@@ -29,7 +29,7 @@ BUCKET = Bucket("b0", rows=96, segments=6, depth=3, reads=4, labels=5)
 
 @pytest.fixture(scope="module", params=["fp32", "bf16"])
 def model(request, tiny_checkpoint):
-    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[request.param]
+    dtype = MODEL_DTYPES[request.param]
     module = Qwen35.from_pretrained(tiny_checkpoint, dtype)
     traced = torch.fx.symbolic_trace(module)
     rec = recording.record(run(traced, PIPELINE).ir, BUCKET)

@@ -18,16 +18,16 @@ from flidec.formats import make_format
 from flidec.frontend import load_spec
 from flidec.models.tokenizer import load_tokenizer
 from flidec.runtime.binder import bind, plain_streams
+from flidec.runtime.recording import MODEL_DTYPES
 from flidec.runtime.reference.executor import ReferenceExecutor
 from flidec.runtime.reference.qwen3_5 import Qwen35
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 @pytest.fixture(scope="module", params=["fp32", "bf16"])
 def setup(request, tiny_checkpoint):
-    dtype = DTYPES[request.param]
+    dtype = MODEL_DTYPES[request.param]
     executor = ReferenceExecutor(torch.fx.symbolic_trace(Qwen35.from_pretrained(tiny_checkpoint, dtype)))
     return executor, load_tokenizer(tiny_checkpoint)
 
