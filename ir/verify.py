@@ -131,7 +131,8 @@ def _check_model_and_format(spec: Spec) -> Iterator[Diagnostic]:
                          "the known model families: " + ", ".join(MODELS))
     fmt = spec.format
     if fmt.name not in FORMAT_STYLES:
-        yield Diagnostic(fmt.loc, f"unknown format `{fmt.name}`", 'the known format: next_token(style="vllm")')
+        yield Diagnostic(fmt.loc, f"unknown format `{fmt.name}`",
+                         'the known format: next_token(style="vllm")')
         return
     styles = FORMAT_STYLES[fmt.name]
     options = dict(fmt.options)
@@ -140,7 +141,8 @@ def _check_model_and_format(spec: Spec) -> Iterator[Diagnostic]:
             yield Diagnostic(fmt.loc, f"format {fmt.name} has no option `{key}`",
                              f'its one option is style: {fmt.name}(style="{styles[0]}")')
     if "style" not in options:
-        yield Diagnostic(fmt.loc, f"format {fmt.name} needs its style", f'write {fmt.name}(style="{styles[0]}")')
+        yield Diagnostic(fmt.loc, f"format {fmt.name} needs its style",
+                         f'write {fmt.name}(style="{styles[0]}")')
     elif options["style"] not in styles:
         yield Diagnostic(fmt.loc, f"unknown {fmt.name} style {_quote(options['style'])}",
                          "the known styles: " + ", ".join(_quote(s) for s in styles))
@@ -168,7 +170,8 @@ def _check_tree(tree: Tree) -> Iterator[Diagnostic]:
     if total > MAX_TREE_TOKENS:
         yield Diagnostic(tree.loc, f"tree `{tree.name}` can reach {total} tokens in one stream; "
                          f"the limit is {MAX_TREE_TOKENS} (2**20)",
-                         "lower the largest token bounds or fan-outs; `flidec inspect` shows the count per level")
+                         "lower the largest token bounds or fan-outs; "
+                         "`flidec inspect` shows the count per level")
     if tree.wire is not None:
         yield from _check_wire(tree)
 
@@ -206,7 +209,8 @@ def _check_scope(scope: str, names: list[tuple[str, Loc]], body: tuple[Node, ...
             continue
         if node.name in first:
             if node.name == "text" and scope.startswith("fork"):
-                yield Diagnostic(node.loc, f"`text` is reserved in {scope}: it names each branch's leading text",
+                yield Diagnostic(node.loc,
+                                 f"`text` is reserved in {scope}: it names each branch's leading text",
                                  "rename the node")
             else:
                 yield Diagnostic(node.loc, f"`{node.name}` is declared twice in {scope}",
@@ -231,7 +235,8 @@ def _check_text(node: Text) -> Iterator[Diagnostic]:
     if isinstance(node.value, Bound):
         yield from _check_bound(node.value)
         if node.name is None:
-            yield Diagnostic(node.loc, "a bound text needs a name: the instance gives its text under that name",
+            yield Diagnostic(node.loc,
+                             "a bound text needs a name: the instance gives its text under that name",
                              "write text NAME[..N]")
 
 
@@ -240,12 +245,14 @@ def _check_fork(fork: Fork, depth: int) -> Iterator[Diagnostic]:
     if fork.text is not None:
         yield from _check_bound(fork.text)
     if depth > MAX_FORK_DEPTH:
-        yield Diagnostic(fork.loc, f"fork `{fork.name}` is {depth} levels deep; the limit is {MAX_FORK_DEPTH}",
+        yield Diagnostic(fork.loc,
+                         f"fork `{fork.name}` is {depth} levels deep; the limit is {MAX_FORK_DEPTH}",
                          "flatten the tree: fewer nested forks")
         return
     if not _has_ask(fork.body):
         yield Diagnostic(fork.loc, f"fork `{fork.name}` asks nothing: there is no ask anywhere in its body",
-                         "add an ask to its body, or remove the fork: a branch with no question is never read")
+                         "add an ask to its body, or remove the fork: "
+                         "a branch with no question is never read")
     yield from _check_scope(f"fork `{fork.name}`", [("text", fork.loc)], fork.body)
     yield from _check_body(fork.body, depth)
 
@@ -254,7 +261,8 @@ def _check_ask(ask: Ask) -> Iterator[Diagnostic]:
     if ask.repeat is not None:
         yield from _check_range(ask.repeat, "a repeat count", 1)
     if not ask.types:
-        yield Diagnostic(ask.loc, f"ask `{ask.name}` has no type", "give it one: noul, choice[2..8] or score[5]")
+        yield Diagnostic(ask.loc, f"ask `{ask.name}` has no type",
+                         "give it one: noul, choice[2..8] or score[5]")
     kinds: set[str] = set()
     for t in ask.types:
         if t.kind in kinds:
@@ -277,7 +285,8 @@ def _check_ask(ask: Ask) -> Iterator[Diagnostic]:
                 what = "options" if t.kind == "choice" else "levels"
                 yield Diagnostic(t.loc, f"{_type_text(t)} has no {what} to count: its criteria are neither "
                                  "listed nor bound, so its count must be exact",
-                                 f"list the {what} in {{ }}, bind them with bound[..N] after the instructions, "
+                                 f"list the {what} in {{ }}, "
+                                 "bind them with bound[..N] after the instructions, "
                                  f"or fix the count: {t.kind}[{t.options.hi}]")
 
 
@@ -299,7 +308,8 @@ def _check_criteria(t: AskType, crit: NoulCriteria | ChoiceOptions | ScoreLevels
              "score": (ScoreLevels, "a list of levels")}
     cls, form = forms[t.kind]
     if not isinstance(crit, cls):
-        yield Diagnostic(crit.loc, f"a {t.kind} ask's constant criteria are {form}", "match the criteria to the type")
+        yield Diagnostic(crit.loc, f"a {t.kind} ask's constant criteria are {form}",
+                         "match the criteria to the type")
         return
     if isinstance(crit, ChoiceOptions):
         n, what = len(crit.options), "options"

@@ -289,7 +289,7 @@ def bound_from_plans(tree: Tree, fmt: BindFormat, instances: Sequence[object],
         shapes.append(shape)
     stream, sites, lengths = _pack(plans, rows)
     input_tokens = [0] * len(instances)
-    for site, n in zip(sites, lengths):
+    for site, n in zip(sites, lengths, strict=True):  # _pack appends one length per site
         input_tokens[site.instance] += n
     used = sum(s.length for s in stream.meta.segments)
     return Bound(stream, sites, tuple(shapes), errors, fmt, tree.wire, used, tuple(input_tokens))

@@ -46,7 +46,8 @@ def _bad_character(e: lark.exceptions.UnexpectedCharacters, source: str, file: s
         return Diagnostic(loc, "this comment is never closed", "close it with */")
     char = rest[:1]
     if char == "'":
-        return Diagnostic(loc, "unexpected character `'`", 'strings are written in double quotes: "like this"')
+        return Diagnostic(loc, "unexpected character `'`",
+                          'strings are written in double quotes: "like this"')
     if char.isdigit():
         return Diagnostic(loc, f"unexpected number `{_word_at(rest)}`",
                           "names start with a letter or `_`; numbers stand in [..] ranges and options")

@@ -24,14 +24,15 @@ def test_disabling_dedup_changes_the_layout_not_the_answers(tmp_path, tiny_check
     plain = (tmp_path / "plain" / "program.txt").read_text()
     assert deduped != plain
     instance = {"history": "The agent listed the files and found a stale lock.",
-                "next_tool": {"instructions": "Which tool next?", "criteria": {"shell": None, "editor": None}},
+                "next_tool": {"instructions": "Which tool next?",
+                              "criteria": {"shell": None, "editor": None}},
                 "action": [{"text": "rm the lock file", "outcome": [{"text": "the build runs"}]}]}
     src = tmp_path / "i.jsonl"
     src.write_text(json.dumps(instance) + "\n")
     results = []
     for name in ("dedup", "plain"):
-        assert main(["run", str(tmp_path / name), "--instances", str(src), "--out", str(tmp_path / f"o-{name}"),
-                     "--quiet"]) == 0
+        assert main(["run", str(tmp_path / name), "--instances", str(src),
+                     "--out", str(tmp_path / f"o-{name}"), "--quiet"]) == 0
         results.append((tmp_path / f"o-{name}" / "results.jsonl").read_text())
     assert results[0] == results[1] and '"safe"' in results[0]
 
@@ -46,7 +47,8 @@ def test_pass_flags_are_checked(tmp_path, tiny_checkpoint, capsys):
 def test_without_model_compile_says_it_uses_the_demo_model_before_the_demo_s_limits(tmp_path, capsys):
     """systemone.flide asks for up to 255 options; the demo tokenizer has 47 single-token labels. The default
     is said first, so the error reads as the model's limit."""
-    assert main(["compile", str(EXAMPLES / "systemone.flide"), "--target", "cpu", "-o", str(tmp_path / "a")]) != 0
+    assert main(["compile", str(EXAMPLES / "systemone.flide"), "--target", "cpu",
+                 "-o", str(tmp_path / "a")]) != 0
     err = capsys.readouterr().err
     note = err.index("no --model: using the embedded demo model")
     assert note < err.index("single-token labels for 47 options, not 255")
@@ -54,7 +56,8 @@ def test_without_model_compile_says_it_uses_the_demo_model_before_the_demo_s_lim
     src = tmp_path / "i.jsonl"
     src.write_text((EXAMPLES / "demo.jsonl").read_text())
     capsys.readouterr()
-    assert main(["run", str(tmp_path / "b"), "--instances", str(src), "--out", str(tmp_path / "r"), "--quiet"]) == 0
+    assert main(["run", str(tmp_path / "b"), "--instances", str(src), "--out", str(tmp_path / "r"),
+                 "--quiet"]) == 0
     assert "demo model" not in capsys.readouterr().err  # an artifact brings its own model
 
 
@@ -72,7 +75,8 @@ def test_the_kernel_cache_compiles_a_kernel_again_when_its_source_changes(tmp_pa
 
     def fake_compile(fn, *args, **kwargs):
         compiled.append(fn.cache_key)
-        return CompiledKernel("k", "sm_90", fn.cache_key.encode(), (("x_ptr", "*fp32"),), (), (), 4, 1, 0, "3.6.0")
+        return CompiledKernel("k", "sm_90", fn.cache_key.encode(), (("x_ptr", "*fp32"),), (), (),
+                              4, 1, 0, "3.6.0")
 
     monkeypatch.setattr(driver.aot, "compile_kernel", fake_compile)
     for source, fresh in (("a" * 64, True), ("a" * 64, False), ("b" * 64, True)):

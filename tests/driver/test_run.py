@@ -44,7 +44,8 @@ def test_sample_instances_answer_in_order_with_per_line_errors(tmp_path, tiny_ch
     assert empty_state["answers"]["empty"]["type"] == "noul"
     assert no_questions["error"]["problems"] == ["questions: 0 questions, expected 1 to 64"]
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
-    assert (summary["instances"], summary["answered"], summary["failed"], summary["questions"]) == (5, 3, 2, 6)
+    counts = (summary["instances"], summary["answered"], summary["failed"], summary["questions"])
+    assert counts == (5, 3, 2, 6)
 
 
 def test_packing_never_changes_answers_and_gzip_input_reads(tmp_path, tiny_checkpoint):

@@ -17,7 +17,8 @@ GOLDEN = Path(__file__).parent / "golden"
 
 
 def test_the_six_examples_exist():
-    assert [p.stem for p in EXAMPLES] == ["classifier", "demo", "lookahead", "planner", "systemone", "tool_router"]
+    assert [p.stem for p in EXAMPLES] == ["classifier", "demo", "lookahead", "planner", "systemone",
+                                          "tool_router"]
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)

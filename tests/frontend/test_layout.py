@@ -77,5 +77,7 @@ def test_formatting_is_idempotent_and_keeps_the_ir():
 
 def test_long_criteria_go_one_per_line():
     desc = "x" * 60
-    source = f'model m\nformat f\ntree t {{\n  state s: text[..1]\n  ask a: noul {{ yes: "{desc}", no: "{desc}" }}\n}}\n'
-    assert fmt(source).splitlines()[5:9] == ["  ask a: noul {", f'    yes: "{desc}"', f'    no: "{desc}"', "  }"]
+    source = (f'model m\nformat f\ntree t {{\n  state s: text[..1]\n'
+              f'  ask a: noul {{ yes: "{desc}", no: "{desc}" }}\n}}\n')
+    assert fmt(source).splitlines()[5:9] == ["  ask a: noul {", f'    yes: "{desc}"', f'    no: "{desc}"',
+                                             "  }"]

@@ -39,7 +39,8 @@ NOUL = AskType("noul", Range(2, 2))
 
 
 def test_header_and_tree_options():
-    spec = parse_spec(HEAD + 'tree t (buckets=[1, 2,], wire="systemone") {\n state s: text[4..100] resumable\n}')
+    spec = parse_spec(HEAD + 'tree t (buckets=[1, 2,], wire="systemone") {\n'
+                      ' state s: text[4..100] resumable\n}')
     assert spec.model == "qwen3_5"
     assert spec.format == Format("next_token", (("style", "vllm"),))
     t = spec.trees[0]
@@ -80,7 +81,8 @@ def test_noul_criteria():
 def test_choice_options_names_and_descriptions():
     ask = one('ask a: choice "?" { plain, "two words": "desc", ünï_código, "🎉" }')
     assert ask.types == (AskType("choice", Range(4, 4)),)
-    assert ask.criteria == ChoiceOptions((("plain", None), ("two words", "desc"), ("ünï_código", None), ("🎉", None)))
+    assert ask.criteria == ChoiceOptions((("plain", None), ("two words", "desc"), ("ünï_código", None),
+                                          ("🎉", None)))
 
 
 def test_score_levels_and_counts():
@@ -105,7 +107,8 @@ def test_unicode_escapes_and_identifiers():
 
 def test_fork_with_and_without_text():
     fork = one('fork f[1..3]: text[..8] { fork g[2] { ask a: noul "?" } }')
-    assert fork == Fork("f", Range(1, 3), Bound(8), (Fork("g", Range(2, 2), None, (Ask("a", (NOUL,), "?"),)),))
+    assert fork == Fork("f", Range(1, 3), Bound(8),
+                        (Fork("g", Range(2, 2), None, (Ask("a", (NOUL,), "?"),)),))
 
 
 def test_comments_anywhere():
@@ -141,7 +144,8 @@ def test_unknown_ask_type_suggests():
 def test_choice_without_count_or_options():
     assert semantic_errors('ask a: choice "Which?"') == [(
         "`choice` needs a count of its options or the options themselves",
-        'write choice[2..8] to take the options from each instance, or list them: choice "Which tool?" { search, calc }')]
+        'write choice[2..8] to take the options from each instance, '
+        'or list them: choice "Which tool?" { search, calc }')]
 
 
 def test_bracket_misuse():
@@ -153,12 +157,14 @@ def test_bracket_misuse():
 
 def test_bad_escapes_all_reported():
     assert [m for m, _ in semantic_errors('text "\\q \\u{D800} \\u{110000}"')] == [
-        "unknown escape \\q", "\\u{D800} is not a Unicode scalar value", "\\u{110000} is not a Unicode scalar value"]
+        "unknown escape \\q", "\\u{D800} is not a Unicode scalar value",
+        "\\u{110000} is not a Unicode scalar value"]
 
 
 def test_criteria_block_errors():
     assert semantic_errors('ask a: noul "?" { maybe: "m", yes, no: "n", no: "again" }') == [
-        ("a noul's criteria describe `yes` and `no`, not `maybe`", 'write { yes: "what yes means", no: "what no means" }'),
+        ("a noul's criteria describe `yes` and `no`, not `maybe`",
+         'write { yes: "what yes means", no: "what no means" }'),
         ("`yes` needs a description", 'write yes: "what yes means"'),
         ("`no` is described twice", "keep one description"),
     ]
@@ -171,7 +177,8 @@ def test_criteria_block_errors():
 
 def test_option_errors():
     with pytest.raises(SpecError) as e:
-        parse_spec("model qwen3_5\nformat f(x=[1], x=2)\ntree t (color=1, wire=2, buckets=3) {\n state s: text[..1]\n}")
+        parse_spec("model qwen3_5\nformat f(x=[1], x=2)\n"
+                   "tree t (color=1, wire=2, buckets=3) {\n state s: text[..1]\n}")
     assert [d.message for d in e.value.diagnostics] == [
         "format option `x` takes a string, a number or true/false, not a list",
         "option `x` is given twice",

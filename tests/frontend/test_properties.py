@@ -56,8 +56,9 @@ def test_random_text(source):
     parse_or_flide_error(source)
 
 
-PIECES = ["{", "}", "[", "]", "..", ":", "|", ",", '"', "\\", "//", "/*", "*/", "\n", " ", "ask ", "fork ", "text ",
-          "state ", "tree ", "noul", "choice", "score", "bound", "none", "resumable", "0", "99999999999", "é", "\\u{"]
+PIECES = ["{", "}", "[", "]", "..", ":", "|", ",", '"', "\\", "//", "/*", "*/", "\n", " ",
+          "ask ", "fork ", "text ", "state ", "tree ", "noul", "choice", "score", "bound", "none",
+          "resumable", "0", "99999999999", "é", "\\u{"]
 
 
 @FAST
@@ -107,8 +108,8 @@ def asks(draw):
                                                                       max_size=4).map(tuple)))
         else:
             criteria_options.append(st.builds(ScoreLevels, st.lists(strings, max_size=4).map(tuple)))
-    return Ask(draw(names), tuple(types), draw(st.none() | strings | bounds()), draw(st.one_of(criteria_options)),
-               draw(st.none() | ranges(st.integers(1, 5))))
+    return Ask(draw(names), tuple(types), draw(st.none() | strings | bounds()),
+               draw(st.one_of(criteria_options)), draw(st.none() | ranges(st.integers(1, 5))))
 
 
 texts = st.builds(Text, st.none() | names, strings) | st.builds(Text, names, bounds())
@@ -125,7 +126,8 @@ values = st.none() | strings | st.integers(0, 10**9) | st.booleans()
 specs = st.builds(
     Spec,
     names,
-    st.builds(Format, names, st.dictionaries(names, strings | st.integers(0, 10**9) | st.booleans(), max_size=2)
+    st.builds(Format, names,
+              st.dictionaries(names, strings | st.integers(0, 10**9) | st.booleans(), max_size=2)
               .map(lambda d: tuple(d.items()))),
     st.lists(st.builds(Tree, names, st.builds(State, names, bounds(), st.booleans()), bodies(2),
                        st.none() | strings, st.lists(st.integers(0, 10**6), max_size=3).map(tuple)),

@@ -21,7 +21,8 @@ spec.flide:4:3: error: expected `state` after `{`, found `ask`
          ^~~
   = hint: a tree begins with its state: `state history: text[..16384]`"""),
     "misspelled_keyword": (H + "tree t {\n  state s: text[..9]\n  aks safe: noul\n}\n", """\
-spec.flide:5:3: error: expected a node (`text`, `ask` or `fork`) or `resumable` or `}` after `text[..9]`, found `aks`
+spec.flide:5:3: error: expected a node (`text`, `ask` or `fork`) or `resumable` or `}` after `text[..9]`, \
+found `aks`
    5 |   aks safe: noul
          ^~~
   = hint: did you mean `ask`?"""),
@@ -61,7 +62,8 @@ spec.flide:3:6: error: expected a name after `tree`, found the string "t"
             ^~~
   = hint: names are written without quotes; quotes are for text and for option names"""),
     "none_criteria": (H + "tree t {\n  state s: text[..9]\n  ask a: noul bound[..5] none\n}\n", """\
-spec.flide:5:26: error: expected a node (`text`, `ask` or `fork`) or `bound` or `{` or `}` after `bound[..5]`, \
+spec.flide:5:26: error: expected a node (`text`, `ask` or `fork`) or `bound` or `{` or `}` \
+after `bound[..5]`, \
 found `none`
    5 |   ask a: noul bound[..5] none
                                 ^~~~
