@@ -72,8 +72,8 @@ def attend(table, stream):
 
 def measure(name: str, nodes, table, stream) -> dict:
     from flidec.runtime.reference import ops
-    from flidec.runtime.reference.forests import path_stream
-    from flidec.runtime.reference.tolerance import TOLERANCE
+    from flidec.testing.forests import path_stream
+    from flidec.testing.tolerance import TOLERANCE
 
     out, run, (q, k, v, gate) = attend(table, stream)
     rows = (stream.meta.segment_ids >= 0).to(DEVICE)

@@ -81,8 +81,8 @@ def run_calls(calls) -> None:
 
 def measure(name: str, nodes, table, stream) -> dict:
     from flidec.runtime.reference import ops
-    from flidec.runtime.reference.forests import path_stream
-    from flidec.runtime.reference.tolerance import TOLERANCE
+    from flidec.testing.forests import path_stream
+    from flidec.testing.tolerance import TOLERANCE
 
     calls, out, (q, k, v, g, beta), states = layer(table, stream)
     run_calls(calls)

@@ -61,7 +61,7 @@ def _torch_group(x: torch.Tensor, ws: tuple, outs: tuple | None = None) -> tuple
 
 def measure(name: str, rows: int) -> dict:
     from flidec.codegen.gemm import linear, linear_group
-    from flidec.runtime.reference.tolerance import TOLERANCE
+    from flidec.testing.tolerance import TOLERANCE
 
     if name == TORCH:
         linear, linear_group = _torch_linear, _torch_group

@@ -57,10 +57,10 @@ class ZeroEngine:
     needs_bucket = True
 
     def submit(self, tree, bucket, stream):
-        from flidec.runtime.program import _Done
+        from flidec.runtime.engines import Done
 
         meta = stream.meta
-        return _Done(torch.zeros(len(meta.reads), meta.read_labels.shape[1]))
+        return Done(torch.zeros(len(meta.reads), meta.read_labels.shape[1]))
 
 
 def host_program(artifact: Path):
@@ -84,12 +84,12 @@ def host_program(artifact: Path):
 def measure(program, instance: dict, repeat: int) -> dict:
     from flidec.ir.instance import validate_instance
     from flidec.runtime.binder import bound_from_plans, merge_chains
-    from flidec.runtime.reference.forests import pack_forest
-    from flidec.runtime.templates import _TemplateWalker
+    from flidec.runtime.templates import TemplateWalker
+    from flidec.testing.forests import pack_forest
 
     t = program.tree()
     fmt = program.fmt
-    walker = _TemplateWalker(t.tree, t.program.template, fmt)
+    walker = TemplateWalker(t.tree, t.program.template, fmt)
     batches: list[list[str]] = []
 
     def recording(texts):  # the walker's one batch, kept

@@ -132,24 +132,25 @@ def host_profile(fn, n: int = 20, top: int = 14) -> list[str]:
 
 def profile_instances(graphs, eager, insts: list[dict], host: bool = False) -> dict:
     from flidec.runtime.binder import bound_from_plans, merge_chains
-    from flidec.runtime.program import _padded, stream_sizes
-    from flidec.runtime.templates import _TemplateWalker
+    from flidec.runtime.split import stream_sizes
+    from flidec.runtime.templates import TemplateWalker
+    from flidec.testing.streams import padded
 
     t = graphs.tree()
-    walker = _TemplateWalker(t.tree, t.program.template, graphs.fmt)
+    walker = TemplateWalker(t.tree, t.program.template, graphs.fmt)
     # the stream label_logits binds: chains merged (a one-question instance is one segment)
     bound = bound_from_plans(t.tree, graphs.fmt, insts,
                              lambda inst: (merge_chains(walker.plan(inst)[0]), None))
     bucket = t.program.bucket_for(stream_sizes(bound.stream))
     key = f"{t.tree.name}/{bucket.name}"
-    padded = _padded(bound.stream, bucket.rows)
+    whole = padded(bound.stream, bucket.rows)
     stage = graphs.engine.stage(key)
     eager.run_stream(bound.stream)  # fills the eager engine's meta region: its launches then redo this stream
     return {
         "rows": bound.stream.meta.num_rows, "bucket": bucket.name, "reads": len(bound.stream.meta.reads),
         "label_logits_ms": median_ms(lambda: graphs.label_logits(insts)),
         "run_stream_ms": median_ms(lambda: graphs.run_stream(bound.stream)),
-        "meta_fill_ms": median_ms(lambda: stage.fill(padded.tokens, padded.meta)),
+        "meta_fill_ms": median_ms(lambda: stage.fill(whole.tokens, whole.meta)),
         "replay_ms": replay_ms(graphs.engine.graphs[key]),
         "launch_ms": launch_ms(graphs.engine.graphs[key]),
         "replay_wall_ms": median_ms(graphs.engine.graphs[key].replay),

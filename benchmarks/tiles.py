@@ -37,7 +37,7 @@ BUCKET_SEGMENTS = 0
 def forest(name: str):
     """The named forest: its nodes (parent, token ids 1..n), n + 1 (the size of a per-token table) and the
     nodes packed into one stream with a padding row before each segment."""
-    from flidec.runtime.reference.forests import pack_forest
+    from flidec.testing.forests import pack_forest
 
     nodes, next_id = [], 1
     for parent, length in FORESTS[name]:

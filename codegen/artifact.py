@@ -24,7 +24,7 @@ import torch
 import flidec
 from flidec.codegen import aot
 from flidec.ir.errors import ArtifactError
-from flidec.ir.program import Program
+from flidec.ir.program import ProgramIR
 from flidec.ir.program_printer import print_program
 from flidec.ir.serde import spec_to_json
 from flidec.ir.tree import Spec
@@ -41,7 +41,7 @@ MODEL_FILES = ("config.json", "generation_config.json")
 class ArtifactInputs:
     spec: Spec
     spec_source: bytes
-    program: Program
+    program: ProgramIR
     model_dir: Path
     target: str  # "sm_90" or "cpu"
     recordings: Mapping[tuple[str, str], Recording]  # (tree, bucket) -> recording; empty for cpu

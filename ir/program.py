@@ -77,14 +77,14 @@ class TreeProgram:
 
 
 @dataclass(frozen=True, slots=True)
-class Program:
+class ProgramIR:
     """Every tree of a spec compiled; `padding`: the stated worst-case padding the ladders were built for."""
 
     trees: tuple[TreeProgram, ...]
     padding: float
 
 
-def verify_program(program: Program) -> list[str]:
+def verify_program(program: ProgramIR) -> list[str]:
     """Structural problems: ladders out of order, rows off the 64-row grid, layouts that are not a
     level-by-level permutation of the template's segments, padding out of [0, 1)."""
     problems = list(verify_templates(Templates(tuple(t.template for t in program.trees))))

@@ -1,6 +1,6 @@
 """Text form of the segment-template and program IR (the `--dump-ir` format), and its parser.
 
-Consumes ir/template.Templates or ir/program.Program; produces deterministic text (two-space indents, one
+Consumes ir/template.Templates or ir/program.ProgramIR; produces deterministic text (two-space indents, one
 item per line, `key=value` fields, segments numbered s0, s1, ... in pre-order, the ids layouts refer to);
 `parse_templates(print_templates(t)) == t` and `parse_program(print_program(p)) == p`. Keys and ask paths
 are spec names (letters, digits, _ and dots), so fields need no quoting; floats print with repr.
@@ -8,7 +8,7 @@ are spec names (letters, digits, _ and dots), so fields need no quoting; floats 
 
 from __future__ import annotations
 
-from flidec.ir.program import Bucket, Layout, Program, Rung, TreeProgram
+from flidec.ir.program import Bucket, Layout, ProgramIR, Rung, TreeProgram
 from flidec.ir.template import (
     Child,
     Const,
@@ -35,7 +35,7 @@ def print_templates(ts: Templates) -> str:
     return "\n".join(lines) + "\n"
 
 
-def print_program(p: Program) -> str:
+def print_program(p: ProgramIR) -> str:
     lines = [f"program padding={p.padding!r}"]
     for t in p.trees:
         lines.append(f"{INDENT}tree {t.name} basis={t.basis}")
@@ -169,7 +169,7 @@ def parse_templates(text: str) -> Templates:
     return Templates(tuple(trees))
 
 
-def parse_program(text: str) -> Program:
+def parse_program(text: str) -> ProgramIR:
     lines = _Lines(text)
     n, words = lines.take(0, "program")
     padding = float(_fields(n, words, ("padding",))["padding"])
@@ -197,7 +197,7 @@ def parse_program(text: str) -> Program:
             raise ParseError(f"tree {name} holds the template of tree {template.tree}")
         trees.append(TreeProgram(template, worst, tuple(rungs), basis))
     lines.done()
-    return Program(tuple(trees), padding)
+    return ProgramIR(tuple(trees), padding)
 
 
 def _parse_tree_template(lines: _Lines, depth: int) -> TreeTemplate:

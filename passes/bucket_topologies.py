@@ -3,7 +3,7 @@
 Consumes ir/template.Templates and, from the context, an optional profile of instance sizes per tree
 (ir/template.Sizes, or (rows, segments, depth, reads, labels) tuples), the stated worst-case padding
 (`padding`, default 0.25 of a bucket's rows) and the largest bucket built without hints (`max_rows`).
-Produces ir/program.Program: per tree its worst case within the declared bounds (exact: from the template)
+Produces ir/program.ProgramIR: per tree its worst case within the declared bounds (exact: from the template)
 and a ladder of Buckets, rows in multiples of 64, each with the worst padding an instance landing in it
 (the smallest bucket it fits) can have.
 
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from flidec.ir.program import ROW_ALIGN, Bucket, Program, Rung, TreeProgram
+from flidec.ir.program import ROW_ALIGN, Bucket, ProgramIR, Rung, TreeProgram
 from flidec.ir.template import (
     Sizes,
     Templates,
@@ -42,14 +42,14 @@ MAX_ROWS = 65536  # the largest bucket a ladder without hints goes to; longer in
 
 
 @register("bucket_topologies", level_in="template", level_out="program")
-def bucket_topologies(ts: Templates, ctx: object) -> Program:
+def bucket_topologies(ts: Templates, ctx: object) -> ProgramIR:
     profiles = getattr(ctx, "profile", None) or {}
     padding = getattr(ctx, "padding", PADDING)
     max_rows = getattr(ctx, "max_rows", MAX_ROWS)
     trees = tuple(bucket_tree(t, [s if isinstance(s, Sizes) else Sizes(*s) for s in profiles.get(t.tree, ())],
                               padding, max_rows)
                   for t in ts.trees)
-    return Program(trees, padding)
+    return ProgramIR(trees, padding)
 
 
 def round_rows(n: int) -> int:

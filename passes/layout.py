@@ -1,6 +1,6 @@
 """layout: program IR -> program IR, each bucket's stream layout recorded.
 
-Consumes ir/program.Program; produces it with a Layout on every bucket: the template's segments in stream
+Consumes ir/program.ProgramIR; produces it with a Layout on every bucket: the template's segments in stream
 order, level by level (pre-order within a level), and the most rows each level can take in the bucket
 (its worst case within the declared bounds, at most the bucket's rows). Each tree level's rows are then
 contiguous and come after its parents' level: the recurrent (Gated DeltaNet, conv) layers run one level's
@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from flidec.ir.program import Layout, Program
+from flidec.ir.program import Layout, ProgramIR
 from flidec.ir.template import TreeTemplate, level_rows, segments_preorder
 from flidec.passes.manager import register
 
 
 @register("layout", level_in="program", level_out="program")
-def layout(program: Program, ctx: object) -> Program:
+def layout(program: ProgramIR, ctx: object) -> ProgramIR:
     trees = []
     for t in program.trees:
         order, worst = stream_order(t.template), level_rows(t.template)

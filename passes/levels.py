@@ -1,5 +1,5 @@
 """The tree-side IR levels, registered with the pass manager: "tree" (ir/tree.Spec), "template"
-(ir/template.Templates) and "program" (ir/program.Program), each with its verifier and its `--dump-ir` text.
+(ir/template.Templates) and "program" (ir/program.ProgramIR), each with its verifier and its `--dump-ir` text.
 
 The tree level prints as canonical .flide (ir/printer.py, parsed back by flidec.frontend); the template and
 program levels print with ir/program_printer.py, which parses them back too.

@@ -1,7 +1,7 @@
 """The compile pipeline, as literal lists of pass names, and the context its passes read.
 
 Consumes a verified Spec and a CompileContext; `compile_tree_passes` runs TREE_PIPELINE through the pass
-manager and returns the program IR (ir/program.Program). GRAPH_PIPELINE lowers the traced model graph
+manager and returns the program IR (ir/program.ProgramIR). GRAPH_PIPELINE lowers the traced model graph
 (torch.fx) once for every bucket. Importing this module registers every pass either list names.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from flidec.ir.program import Program
+from flidec.ir.program import ProgramIR
 from flidec.ir.template import Sizes
 from flidec.ir.tree import Spec
 from flidec.passes import (  # noqa: F401 (registers them)
@@ -58,5 +58,5 @@ class CompileContext:
     max_rows: int = bucket_topologies.MAX_ROWS
 
 
-def compile_tree_passes(spec: Spec, ctx: CompileContext, options: Options | None = None) -> Program:
+def compile_tree_passes(spec: Spec, ctx: CompileContext, options: Options | None = None) -> ProgramIR:
     return run(spec, TREE_PIPELINE, ctx, level="tree", options=options or Options()).ir

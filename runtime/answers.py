@@ -1,6 +1,6 @@
 """Answers per instance from a bound stream's label logits.
 
-Consumes a Bound (runtime.binder) and the label logits of its reads ([R, Lmax] float32, read order, the
+Consumes a BoundStream (runtime.binder) and the label logits of its reads ([R, Lmax] float32, read order, the
 first len(labels) entries of each row meaningful); produces, per instance in input order, its answers in
 the shape of the instance: {ask: answer, fork: [branch answers...], repeated ask: {id: answer}}, or, for a
 wire="systemone" tree, a System One response. The answer objects themselves come from the format.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from flidec.runtime.binder import Bound, Shape
+from flidec.runtime.binder import BoundStream, Shape
 
 
 def _fill(shape: Shape, answers: list[dict]) -> object:
@@ -21,7 +21,7 @@ def _fill(shape: Shape, answers: list[dict]) -> object:
     return [_fill(v, answers) for v in shape]  # type: ignore[attr-defined]
 
 
-def assemble(bound: Bound, label_logits: torch.Tensor, *,
+def assemble(bound: BoundStream, label_logits: torch.Tensor, *,
              served_name: str | None = None) -> list[dict | None]:
     """One answer object per instance given to bind, None where it failed (see bound.errors).
 

@@ -1,13 +1,13 @@
 """The binder and packer: instances of a tree -> token pieces -> one packed Stream, and reads -> answers.
 
 Consumes a tree (flidec.ir.tree), instances in its JSON form and a format implementing BindFormat
-(flidec.runtime.next_token does; runtime/ never imports formats); produces a Bound: the Stream (built with
-runtime.meta.build_meta) and, per read, the instance and answer path it belongs to. Segments: an instance's
-root holds its state (and the texts before its first ask or fork); each run of texts after a branch point,
-each fork branch and each ask's question block is a child segment; empty pieces get no segment. Segments
-are laid out level by level across all instances (each level's rows contiguous); an instance that fails to
-bind is reported in Bound.errors and takes no rows. With verify=True every ask's path ids are checked
-against its whole prompt tokenized in one go (E3 depends on that equality).
+(flidec.runtime.next_token does; runtime/ never imports formats); produces a BoundStream: the Stream (built
+with runtime.meta.build_meta) and, per read, the instance and answer path it belongs to. Segments: an
+instance's root holds its state (and the texts before its first ask or fork); each run of texts after a branch
+point, each fork branch and each ask's question block is a child segment; empty pieces get no segment.
+Segments are laid out level by level across all instances (each level's rows contiguous); an instance that
+fails to bind is reported in BoundStream.errors and takes no rows. With verify=True every ask's path ids are
+checked against its whole prompt tokenized in one go (E3 depends on that equality).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import torch
 from flidec.ir.errors import InstanceError
 from flidec.ir.instance import takes_key, validate_instance
 from flidec.ir.tree import Ask, Fork, Node, Text, Tree
-from flidec.runtime.meta import Read, Segment, Stream, build_meta, linear_stream
+from flidec.runtime.meta import Read, Segment, Stream, build_meta
 
 Shape = object  # an answer skeleton: dict / list / read index (int) at the leaves
 
@@ -101,7 +101,7 @@ class Site:
 
 
 @dataclass(frozen=True)
-class Bound:
+class BoundStream:
     """Instances bound into one stream: what the executor runs and what runtime.answers reads back."""
 
     stream: Stream
@@ -256,8 +256,8 @@ def _get(obj: Mapping, key: str | None, kind: type, path: str) -> object:
 
 
 def bind(tree: Tree, instances: Sequence[object], fmt: BindFormat, *, rows: int | None = None,
-         validate: bool = True, verify: bool = True) -> Bound:
-    """Pack every instance into one stream; an instance that fails is reported in Bound.errors.
+         validate: bool = True, verify: bool = True) -> BoundStream:
+    """Pack every instance into one stream; an instance that fails is reported in BoundStream.errors.
 
     `rows`: pad the stream to this many rows (ValueError when the segments need more). `validate`: check
     each instance against the tree first (flidec.ir.instance, token bounds counted by the format)."""
@@ -272,9 +272,11 @@ def bind(tree: Tree, instances: Sequence[object], fmt: BindFormat, *, rows: int 
 
 
 def bound_from_plans(tree: Tree, fmt: BindFormat, instances: Sequence[object],
-                     plan_one: Callable[[object], tuple[Plan, Shape]], rows: int | None = None) -> Bound:
-    """Plan each instance with `plan_one` (its InstanceError goes to Bound.errors, the others go on) and pack
-    the plans into one stream: the one place a Bound is made, whichever walker planned the segments."""
+                     plan_one: Callable[[object], tuple[Plan, Shape]], rows: int | None = None
+                     ) -> BoundStream:
+    """Plan each instance with `plan_one` (its InstanceError goes to BoundStream.errors, the others go on)
+    and pack the plans into one stream: the one place a BoundStream is made, whichever walker planned the
+    segments."""
     plans: list[tuple[int, Plan]] = []
     shapes: list[Shape | None] = []
     errors: dict[int, InstanceError] = {}
@@ -292,16 +294,7 @@ def bound_from_plans(tree: Tree, fmt: BindFormat, instances: Sequence[object],
     for site, n in zip(sites, lengths, strict=True):  # _pack appends one length per site
         input_tokens[site.instance] += n
     used = sum(s.length for s in stream.meta.segments)
-    return Bound(stream, sites, tuple(shapes), errors, fmt, tree.wire, used, tuple(input_tokens))
-
-
-def bind_one(tree: Tree, instance: object, fmt: BindFormat, *, rows: int | None = None,
-             validate: bool = True, verify: bool = True) -> Bound:
-    """One instance; its InstanceError is raised."""
-    bound = bind(tree, [instance], fmt, rows=rows, validate=validate, verify=verify)
-    if bound.errors:
-        raise bound.errors[0]
-    return bound
+    return BoundStream(stream, sites, tuple(shapes), errors, fmt, tree.wire, used, tuple(input_tokens))
 
 
 def _pack(plans: list[tuple[int, Plan]], rows: int | None) -> tuple[Stream, tuple[Site, ...], list[int]]:
@@ -340,16 +333,3 @@ def _pack(plans: list[tuple[int, Plan]], rows: int | None) -> tuple[Stream, tupl
             lengths.append(s.end)
     meta = build_meta(tuple(segments), tuple(reads), num_rows)
     return Stream(torch.from_numpy(tokens), meta), tuple(sites), lengths
-
-
-def plain_streams(bound: Bound) -> tuple[Stream, ...]:
-    """Per read, the plain single-sequence stream of its whole path, read at its last token (for E3)."""
-    meta = bound.stream.meta
-    out = []
-    for read in meta.reads:
-        seg = int(meta.segment_ids[read.row])
-        rows = [r for s in (*meta.ancestors[seg], seg)
-                for r in range(meta.segments[s].start, meta.segments[s].start + meta.segments[s].length)]
-        tokens = bound.stream.tokens[rows].tolist()
-        out.append(linear_stream(tokens, {len(tokens) - 1: read.labels}))
-    return tuple(out)

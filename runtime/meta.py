@@ -74,15 +74,6 @@ class StreamMeta:
         return replace(self, **moved)
 
 
-def path_row(segments: tuple[Segment, ...], seg: int, pos: int) -> int:
-    """Stream row of logical position `pos` on the path that ends in segment `seg` (pos < its end)."""
-    s = segments[seg]
-    while pos < s.pos0:
-        seg = s.parent
-        s = segments[seg]
-    return s.start + (pos - s.pos0)
-
-
 def check_segments(segments: tuple[Segment, ...], num_rows: int) -> None:
     """The structural invariants every consumer relies on; a violation is a binder bug, so it asserts."""
     covered = 0

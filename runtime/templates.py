@@ -1,8 +1,8 @@
 """Binding from a compiled segment template: instances -> the template's segments -> one packed Stream.
 
 Consumes a tree (for its ask nodes and instance validation), its segment template (ir/template.py, as
-fold_prompt_text and dedup_prefixes left it) and a BindFormat; produces the same runtime.binder.Bound the
-plain binder does. Constant pieces come from the template as they are; slots are filled from the instance
+fold_prompt_text and dedup_prefixes left it) and a BindFormat; produces the same runtime.binder.BoundStream
+the plain binder does. Constant pieces come from the template as they are; slots are filled from the instance
 through the format (root/text/ask pieces, trimmed by the constant ids the template holds around them) and
 refused when over their compiled bound; first, every token bound the spec declares is checked exactly as
 `flidec run SPEC` checks it (ir/instance.validate_instance, the same errors), its texts counted in the
@@ -28,7 +28,7 @@ from flidec.ir.tree import Ask, Fork, Node, Tree
 from flidec.runtime.binder import (
     AskDraftLike,
     BindFormat,
-    Bound,
+    BoundStream,
     Draft,
     Plan,
     Shape,
@@ -85,7 +85,7 @@ class _Sketch:
         return [t for f in fills for t in f.draft.texts()]
 
 
-class _TemplateWalker:
+class TemplateWalker:
     def __init__(self, tree: Tree, template: TreeTemplate, fmt: BindFormat):
         self.tree, self.template, self.fmt = tree, template, fmt
         self.asks = ask_paths(tree)
@@ -205,9 +205,9 @@ def _get(obj: Mapping, key: str, kind: type, path: str) -> object:
 
 
 def bind_template(tree: Tree, template: TreeTemplate, instances: Sequence[object], fmt: BindFormat, *,
-                  rows: int | None = None, validate: bool = True, verify: bool = True) -> Bound:
-    """Pack every instance into one stream from `template`; an instance that fails is in Bound.errors."""
-    walker = _TemplateWalker(tree, template, fmt)
+                  rows: int | None = None, validate: bool = True, verify: bool = True) -> BoundStream:
+    """Pack every instance into one stream from `template`; one that fails is in BoundStream.errors."""
+    walker = TemplateWalker(tree, template, fmt)
     plain = Walker(tree, fmt, verify=True) if verify else None
 
     def plan_one(inst: object) -> tuple[Plan, Shape]:

@@ -18,9 +18,9 @@ import numpy as np
 import torch
 from demo_data import KINDS, Example, reshuffle
 from demo_domains import DOMAINS
+from demo_loop import collate
 from demo_model import forward, label_logits
 from demo_render import Encoded, Renderer, encode_examples
-from demo_train import collate
 
 BARS = {"accuracy_min": 0.90, "ece_max": 0.05, "order_points_max": 5.0}
 

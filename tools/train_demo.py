@@ -132,9 +132,9 @@ def main(argv: list[str] | None = None) -> dict:
     demo_model.use_torch_gdn()
     import demo_card
     import demo_eval
+    import demo_loop
     import demo_render
     import demo_tokenizer
-    import demo_train
     import numpy as np
     import torch
     from transformers import GenerationConfig
@@ -167,8 +167,8 @@ def main(argv: list[str] | None = None) -> dict:
                                           verbatim=True, kinds=args.asks)
         log(f"easy set (first {100 * args.curriculum_frac:.0f}% of training): {len(easy_set)} requests, "
             f"prompt tokens mean {easy_set.lengths.mean():.0f}")
-    chance = {"full": demo_train.chance_losses(train_set),
-              **({"easy": demo_train.chance_losses(easy_set)} if easy_set is not None else {})}
+    chance = {"full": demo_loop.chance_losses(train_set),
+              **({"easy": demo_loop.chance_losses(easy_set)} if easy_set is not None else {})}
     log("chance label loss per type: " + "; ".join(
         f"{name} " + " ".join(f"{k}={v:.2f}" for k, v in c.items()) for name, c in chance.items()))
 
@@ -180,11 +180,11 @@ def main(argv: list[str] | None = None) -> dict:
     log(f"model: {params / 1e6:.2f}M parameters, layer pattern {args.layer_pattern}: "
         + "".join("f" if t == "full_attention" else "l" for t in config.layer_types))
 
-    schedule = demo_train.Schedule(lr=args.lr, batch_tokens=args.batch_tokens, lm_weight=args.lm_weight,
+    schedule = demo_loop.Schedule(lr=args.lr, batch_tokens=args.batch_tokens, lm_weight=args.lm_weight,
                                    pointer_weight=args.pointer_weight, noise=args.noise,
                                    deadline=START + args.time_budget_s, max_steps=args.max_steps,
                                    seed=args.seed, curriculum_frac=args.curriculum_frac)
-    trained = demo_train.train(model, train_set, pad_id, schedule, device, log, args.log_every, easy_set)
+    trained = demo_loop.train(model, train_set, pad_id, schedule, device, log, args.log_every, easy_set)
     log(f"trained: {trained.steps} steps ({trained.easy_steps} on the easy mix), {trained.examples} requests "
         f"in {trained.seconds:.0f} s")
 

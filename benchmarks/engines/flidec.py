@@ -90,7 +90,7 @@ class FlidecCompiled:
         return logits
 
     def _run_solo(self, program, work: Work, instances: Sequence[int]) -> Logits:
-        from flidec.runtime.reference.forests import pack_forest
+        from flidec.testing.forests import pack_forest
 
         largest = program.tree(work.source.tree).largest
         logits: Logits = {}

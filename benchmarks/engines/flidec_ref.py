@@ -60,7 +60,7 @@ class FlidecReference:
         return out
 
     def run(self, work: Work, instances: Sequence[int], offline: bool) -> Logits:
-        from flidec.runtime.reference.forests import pack_forest
+        from flidec.testing.forests import pack_forest
 
         logits: Logits = {}
         if self.solo:

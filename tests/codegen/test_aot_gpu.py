@@ -16,7 +16,7 @@ from flidec.codegen.gemm import TILES, GemmSpec
 from flidec.runtime import tables
 from flidec.runtime.launch import HIDDEN_PARAMS, CompiledKernel, grid3, scratch_bytes
 from flidec.runtime.meta import Segment, build_meta
-from flidec.runtime.reference.tolerance import TOLERANCE
+from flidec.testing.tolerance import TOLERANCE
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 

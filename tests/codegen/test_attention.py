@@ -14,7 +14,7 @@ import torch
 from flidec.codegen.attention import fork_attention
 from flidec.runtime.meta import Segment, StreamMeta, build_meta
 from flidec.runtime.reference import ops
-from flidec.runtime.reference.tolerance import TOLERANCE
+from flidec.testing.tolerance import TOLERANCE
 
 
 def assert_close(got: torch.Tensor, want: torch.Tensor) -> None:

@@ -11,9 +11,9 @@ import torch
 from flidec.codegen.conv import fork_conv
 from flidec.runtime.meta import CONV_TAPS
 from flidec.runtime.reference import ops
-from flidec.runtime.reference.forests import Node, pack_forest, path_stream
-from flidec.runtime.reference.tolerance import TOLERANCE
 from flidec.runtime.tables import conv_taps
+from flidec.testing.forests import Node, pack_forest, path_stream
+from flidec.testing.tolerance import TOLERANCE
 
 # forks after 1, 2 and 3 tokens (a branch's taps reach past its parent into its grandparent), empty segments
 SHAPE = [(-1, 5), (0, 1), (1, 2), (2, 0), (3, 3), (0, 40), (-1, 1), (6, 2), (-1, 0), (5, 20)]

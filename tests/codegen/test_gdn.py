@@ -15,9 +15,9 @@ from flidec.codegen import gdn
 from flidec.codegen.gdn import ChunkWork, fork_gdn, gdn_spec, slot_buffer
 from flidec.runtime.meta import CHUNK, StreamMeta
 from flidec.runtime.reference import ops
-from flidec.runtime.reference.forests import Node, pack_forest, path_nodes, path_stream
-from flidec.runtime.reference.tolerance import TOLERANCE
 from flidec.runtime.tables import gdn_tables, state_slots
+from flidec.testing.forests import Node, pack_forest, path_nodes, path_stream
+from flidec.testing.tolerance import TOLERANCE
 
 # (parent, length): three levels, several roots; lengths 0, 1, 63, 64, 65; fork points on and off CHUNK
 # (65, 128, 129, 64, 1, 71), a child of an empty segment, a straddling chunk that starts at position 0.

@@ -16,9 +16,9 @@ from flidec.codegen.gdn_prep import gdn_prep_kernel
 from flidec.codegen.gdn_walk import gdn_state_kernel
 from flidec.runtime.launch import CompiledKernel
 from flidec.runtime.reference import ops
-from flidec.runtime.reference.forests import pack_forest, path_stream
-from flidec.runtime.reference.tolerance import TOLERANCE
 from flidec.runtime.tables import conv_taps, gdn_tables
+from flidec.testing.forests import pack_forest, path_stream
+from flidec.testing.tolerance import TOLERANCE
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 

@@ -11,7 +11,7 @@ import torch
 
 from flidec.codegen.gemm import GROUP, linear, linear_group, linear_silu_mul
 from flidec.runtime.reference import ops
-from flidec.runtime.reference.tolerance import TOLERANCE
+from flidec.testing.tolerance import TOLERANCE
 
 
 def operands(m: int, n: int, k: int, dtype: torch.dtype, device: torch.device, seed: int = 0):

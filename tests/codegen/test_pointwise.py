@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from flidec.codegen import pointwise as pw
 from flidec.runtime.reference import op_table, ops
-from flidec.runtime.reference.tolerance import TOLERANCE
+from flidec.testing.tolerance import TOLERANCE
 
 DTYPES = [torch.float32, torch.bfloat16]
 

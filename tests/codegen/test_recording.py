@@ -21,7 +21,7 @@ from flidec.runtime.meta import Read, Segment, build_meta, linear_stream, pad_me
 from flidec.runtime.recording import MODEL_DTYPES, recording_from_json, write_recording
 from flidec.runtime.reference import op_table
 from flidec.runtime.reference.qwen3_5 import Qwen35
-from flidec.runtime.reference.tolerance import TOLERANCE
+from flidec.testing.tolerance import TOLERANCE
 
 PIPELINE = list(GRAPH_PIPELINE)
 BUCKET = Bucket("b0", rows=96, segments=6, depth=3, reads=4, labels=5)

@@ -9,8 +9,8 @@ import torch
 import torch.fx
 
 from flidec.runtime.reference import ops
-from flidec.runtime.reference.forests import pack_forest, path_stream
 from flidec.runtime.reference.qwen3_5 import Qwen35
+from flidec.testing.forests import pack_forest, path_stream
 
 FOREST = [  # (parent, length): fork points on and off the chunk boundary, an empty root, two instances
     (-1, 70), (0, 1), (0, 58), (2, 65), (2, 3), (-1, 0), (5, 64), (6, 1), (6, 66),

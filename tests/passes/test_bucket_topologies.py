@@ -26,7 +26,7 @@ from flidec.ir.template import (
 )
 from flidec.passes.manager import PassError, run
 from flidec.passes.pipeline import TREE_PIPELINE
-from flidec.runtime.program import combine
+from flidec.runtime.split import combine
 from flidec.runtime.templates import bind_template
 
 TO_TEMPLATE = ["verify", "fold_prompt_text", "dedup_prefixes"]

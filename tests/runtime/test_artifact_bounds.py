@@ -19,8 +19,9 @@ from flidec.compile import compile_artifact
 from flidec.frontend import load_spec
 from flidec.ir.program import Bucket
 from flidec.run import Answerer, Summary
+from flidec.runtime.engines import Done
 from flidec.runtime.meta import Stream
-from flidec.runtime.program import Program, _Done, load
+from flidec.runtime.program import Program, load
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -40,9 +41,9 @@ class _ZeroEngine:
     def __init__(self, needs_bucket: bool) -> None:
         self.needs_bucket = needs_bucket
 
-    def submit(self, tree: str, bucket: Bucket | None, stream: Stream) -> _Done:
+    def submit(self, tree: str, bucket: Bucket | None, stream: Stream) -> Done:
         assert bucket is not None or not self.needs_bucket
-        return _Done(_ZeroExecutor().run_stream(stream))
+        return Done(_ZeroExecutor().run_stream(stream))
 
 
 def _paths(spec_name: str, tiny: Path, work: Path) -> dict[str, Callable[[list[dict]], list[dict]]]:

@@ -19,8 +19,9 @@ from flidec.ir.errors import InstanceError
 from flidec.ir.tree import Ask, AskType, Bound, Fork, NoulCriteria, Range, ScoreLevels, State, Text, Tree
 from flidec.models.tokenizer import ModelTokenizer
 from flidec.runtime.answers import assemble
-from flidec.runtime.binder import Plan, bind, bind_one, merge_chains, plain_streams
+from flidec.runtime.binder import Plan, bind, merge_chains
 from flidec.runtime.next_token import NextTokenFormat
+from flidec.testing.streams import bind_one, plain_streams
 
 
 def encode_chat(tok: ModelTokenizer, content: str) -> list[int]:

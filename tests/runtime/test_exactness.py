@@ -17,10 +17,11 @@ import torch.fx
 from flidec.formats import make_format
 from flidec.frontend import load_spec
 from flidec.models.tokenizer import load_tokenizer
-from flidec.runtime.binder import bind, plain_streams
+from flidec.runtime.binder import bind
 from flidec.runtime.recording import MODEL_DTYPES
 from flidec.runtime.reference.executor import ReferenceExecutor
 from flidec.runtime.reference.qwen3_5 import Qwen35
+from flidec.testing.streams import plain_streams
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

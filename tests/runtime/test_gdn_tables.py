@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from flidec.runtime.reference.forests import pack_forest
 from flidec.runtime.tables import ITEM_FIELDS, gdn_tables, max_chunks, state_slots
+from flidec.testing.forests import pack_forest
 
 
 def small_forest():

@@ -20,10 +20,11 @@ import torch.fx
 from flidec.ir.errors import ArtifactError
 from flidec.ir.program import Bucket
 from flidec.runtime.buffers import DeviceBuffers, MetaStage
+from flidec.runtime.engines import GraphEngine
 from flidec.runtime.launch import HIDDEN_PARAMS, CompiledKernel, pack_args
 from flidec.runtime.meta import Read, Segment, Stream, build_meta
-from flidec.runtime.program import GraphEngine, _padded
 from flidec.runtime.recording import Arg, Buffer, recording_from_json, write_recording
+from flidec.testing.streams import padded
 
 BUCKET = Bucket("b0", rows=128, segments=6, depth=3, reads=4, labels=5)
 
@@ -112,8 +113,8 @@ def test_a_fill_writes_every_byte_of_its_host_buffer(recorded) -> None:
     small = (torch.arange(9) + 3, build_meta((Segment(0, 9, 0, -1, 0),), (Read(8, (1, 2)),), 9))
     for tokens, meta in (forked(), forked(), small, small):  # the larger stream in both buffers, then smaller
         stage.fill(tokens, meta)
-        padded = _padded(Stream(tokens, meta), BUCKET.rows)
-        want = fill_tables(rec, padded.tokens, padded.meta)
+        whole = padded(Stream(tokens, meta), BUCKET.rows)
+        want = fill_tables(rec, whole.tokens, whole.meta)
         for b in loaded.meta:
             start = b.offset - stage.lo
             got = stage.host[start : start + b.nbytes].view(b.torch_dtype).view(b.shape)
@@ -157,7 +158,7 @@ def test_launches_pass_exact_pointers_and_scalars(recorded) -> None:
             base = (arena + b.offset if b.region in ("meta", "activation")
                     else engine.buffers.tensors[b.name].data_ptr())
             assert value == base + a.offset * size, (step.node, a.buffer)
-    engine.run("t", BUCKET, _padded(Stream(*forked()), BUCKET.rows))
+    engine.run("t", BUCKET, padded(Stream(*forked()), BUCKET.rows))
     assert len(launcher.launched) == len(rec.steps)
 
 
@@ -215,7 +216,8 @@ from flidec.codegen import eager
 from flidec.codegen.recording import JIT_KERNELS, play
 from flidec.runtime.recording import DTYPES, recording_from_json, write_recording
 from flidec.runtime.meta import Stream
-from flidec.runtime.program import GraphEngine, _padded
+from flidec.runtime.engines import GraphEngine
+from flidec.testing.streams import padded
 assert eager.interpreting()
 rec, weights = record(sys.argv[1])
 loaded = recording_from_json(json.loads(write_recording(rec)))
@@ -244,7 +246,7 @@ engine = GraphEngine({"t/b0": loaded}, fake_records(rec), weights, torch.device(
                      graphs=False)
 launcher.storages = [engine.buffers.arena, *engine.buffers.tensors.values()]
 tokens, meta = forked()
-got = engine.run("t", BUCKET, _padded(Stream(tokens, meta), BUCKET.rows))
+got = engine.run("t", BUCKET, padded(Stream(tokens, meta), BUCKET.rows))
 want = play(rec, tokens, meta, weights)[: len(meta.reads)]
 print(json.dumps({"equal": bool(torch.equal(got, want)), "finite": bool(torch.isfinite(got[:, :3]).all())}))
 """

@@ -14,8 +14,8 @@ from flidec.runtime.meta import (
     build_meta,
     linear_stream,
     pad_meta,
-    path_row,
 )
+from flidec.testing.streams import path_row
 
 
 def forest():

@@ -7,7 +7,7 @@ import torch.nn.functional as F
 
 from flidec.runtime.meta import Read, Segment, build_meta
 from flidec.runtime.reference import ops
-from flidec.runtime.reference.tolerance import TOLERANCE
+from flidec.testing.tolerance import TOLERANCE
 
 DTYPES = [torch.float32, torch.bfloat16]
 

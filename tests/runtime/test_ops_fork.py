@@ -14,8 +14,8 @@ import torch
 import torch.nn.functional as F
 
 from flidec.runtime.reference import ops
-from flidec.runtime.reference.forests import pack_forest, path_nodes, path_stream
-from flidec.runtime.reference.tolerance import TOLERANCE
+from flidec.testing.forests import pack_forest, path_nodes, path_stream
+from flidec.testing.tolerance import TOLERANCE
 
 DTYPES = [torch.float32, torch.bfloat16]
 HQ, HKV, D = 4, 2, 16  # attention: GQA groups of 2

@@ -17,11 +17,12 @@ from flidec.cli import main
 from flidec.frontend import load_spec
 from flidec.ir.errors import ArtifactError, InstanceError
 from flidec.run import Answerer, Summary
-from flidec.runtime.binder import Walker, bind, plain_streams
+from flidec.runtime.binder import Walker, bind
 from flidec.runtime.next_token import NextTokenFormat
 from flidec.runtime.program import load
 from flidec.runtime.serve import Server
-from flidec.runtime.templates import _check_paths, _TemplateWalker
+from flidec.runtime.templates import TemplateWalker, _check_paths
+from flidec.testing.streams import plain_streams
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -135,7 +136,7 @@ def test_an_instance_is_tokenized_in_one_batch(program, qwen_tokenizer) -> None:
     choice = {"type": "choice", "instructions": "Which?", "criteria": {"x": "ex", "y": None}}
     inst = {"state": "A state of many lines.\n" * 200,
             "questions": {"a": {"type": "noul", "instructions": "Is it long?"}, "b": choice}}
-    plan, _ = _TemplateWalker(t.tree, t.program.template, fmt).plan(inst)
+    plan, _ = TemplateWalker(t.tree, t.program.template, fmt).plan(inst)
     (batch,) = tokenizer.batches
     lines = ["Question: Is it long?\n", "yes\n", "no\n", "Question: Which?\n", "A: x - ex\n", "B: y\n"]
     at = batch.index(lines[0])

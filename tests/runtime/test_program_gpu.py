@@ -17,8 +17,8 @@ import pytest
 import torch
 import torch.fx
 
-from flidec.runtime.binder import plain_streams
-from flidec.runtime.reference.tolerance import TOLERANCE
+from flidec.testing.streams import plain_streams
+from flidec.testing.tolerance import TOLERANCE
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

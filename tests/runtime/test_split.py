@@ -15,10 +15,12 @@ import torch
 from flidec.ir.errors import InstanceError
 from flidec.ir.program import Bucket
 from flidec.runtime.binder import merge_chains
+from flidec.runtime.engines import GraphEngine
 from flidec.runtime.launch import CompiledKernel
-from flidec.runtime.program import GraphEngine, Program, load, plan_sizes, split_plan
+from flidec.runtime.program import Program, load
 from flidec.runtime.recording import Buffer, Recording, Step
-from flidec.runtime.templates import _TemplateWalker, bind_template
+from flidec.runtime.split import plan_sizes, split_plan
+from flidec.runtime.templates import TemplateWalker, bind_template
 
 DEEP = """model qwen3_5
 format next_token(style="vllm")
@@ -67,7 +69,7 @@ def programs(artifacts) -> dict[str, Program]:
 
 def plan_of(program: Program, instance: dict):
     t = program.tree()
-    return _TemplateWalker(t.tree, t.program.template, program.fmt).plan(instance)[0]
+    return TemplateWalker(t.tree, t.program.template, program.fmt).plan(instance)[0]
 
 
 def test_sub_plans_fit_and_keep_whole_paths(programs) -> None:

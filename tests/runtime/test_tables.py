@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flidec.runtime import tables
-from flidec.runtime.meta import Segment, StreamMeta, build_meta, path_row
+from flidec.runtime.meta import Segment, StreamMeta, build_meta
+from flidec.testing.streams import path_row
 
 LENGTHS = st.integers(0, 150)
 

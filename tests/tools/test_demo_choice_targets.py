@@ -12,8 +12,8 @@ import string
 import numpy as np
 from demo_data import Example, noisy_label
 from demo_domains import record
+from demo_loop import noisy_targets
 from demo_render import encode_examples
-from demo_train import noisy_targets
 
 from flidec.models.tokenizer import load_tokenizer
 

@@ -12,9 +12,9 @@ import pytest
 import torch
 import train_demo
 from demo_data import KINDS, example, generate, names_in, state_text
+from demo_loop import Schedule, chance_losses, phase_at, train
 from demo_model import SIZES, build_model, text_config
 from demo_render import encode_examples, encode_set, set_examples
-from demo_train import Schedule, chance_losses, phase_at, train
 
 from flidec.frontend import load_spec
 from flidec.ir.instance import validate_instance

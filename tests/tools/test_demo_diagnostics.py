@@ -12,9 +12,9 @@ import pytest
 import torch
 import train_demo
 from demo_data import KINDS, generate, names_in, parse_kinds, state_text
+from demo_loop import Schedule, chance_losses, train
 from demo_model import LAYER_PATTERN, SIZES, build_model, layer_types, text_config
 from demo_render import encode_examples, encode_set, set_examples
-from demo_train import Schedule, chance_losses, train
 from test_demo_curriculum import HELD_OUT_2000, _digest
 
 from flidec.models.config import TextConfig

@@ -9,9 +9,9 @@ import time
 import numpy as np
 import pytest
 import torch
+from demo_loop import Schedule, batches, collate, lr_at, noisy_targets, train
 from demo_model import SIZES, build_model, check_torch_gdn, label_logits, loss, text_config
 from demo_render import encode_examples, set_examples
-from demo_train import Schedule, batches, collate, lr_at, noisy_targets, train
 
 from flidec.models.config import TextConfig
 from flidec.models.tokenizer import load_tokenizer

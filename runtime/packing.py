@@ -1,0 +1,71 @@
+"""Packing: consecutive pieces (whole instances or sub-plans of one) gathered into streams, each stream cut
+where it costs least per used row and run in the smallest bucket that holds it.
+
+FIXED_ROWS is a replay's fixed cost expressed in bucket rows: the cut minimizes (bucket rows + FIXED_ROWS) /
+used rows. The value comes from fits of replay time against bucket and used rows on the H200
+(BENCHMARKS.md); the workloads there pack into the same streams for any value in the range those fits give.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from fractions import Fraction
+from functools import reduce
+from itertools import accumulate, chain
+from typing import TYPE_CHECKING
+
+from flidec.ir.program import Bucket
+from flidec.ir.template import Sizes
+from flidec.runtime.binder import Plan
+from flidec.runtime.split import combine, fits
+
+if TYPE_CHECKING:
+    from flidec.runtime.program import TreeRuntime
+
+FIXED_ROWS = 1024
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One stream's share of one instance: its whole plan or a sub-plan of it."""
+
+    index: int  # the instance's index in the caller's list
+    plan: Plan
+    sizes: Sizes
+    reads: tuple[int, ...]  # the instance's read index of each of the plan's reads, in order
+
+
+def pack_streams(pieces: Iterable[Piece], t: TreeRuntime) -> Iterator[tuple[list[Piece], Bucket | None]]:
+    """The pieces in streams, in order, each stream in the smallest bucket that holds it. Consecutive pieces
+    are gathered while together they fit the largest bucket; once the next one would not (or none is left),
+    a stream takes the prefix of the gathered pieces that costs least per used row, (its bucket's rows +
+    FIXED_ROWS) / its rows, the longer on a tie, and the rest stay gathered. Taking them all would often land
+    just past a rung of the ladder: six QuALITY-like instances of 6,106 rows (36,636) pad r49152 by a quarter
+    where four fill r24576. A piece that fits no bucket (reference engine only) goes alone (bucket None).
+    Only the gathered pieces are held, so each piece is planned just before the stream that needs it."""
+    group: list[Piece] = []
+    for p in chain(pieces, [None]):  # None: the end, which sends whatever is gathered
+        while group and (p is None or not fits(need([*group, p]), t.largest)):
+            k, bucket = cheapest_prefix(group, t)
+            yield group[:k], bucket
+            group = group[k:]
+        if p is not None and not fits(p.sizes, t.largest):
+            yield [p], None
+        elif p is not None:
+            group.append(p)
+
+
+def need(pieces: list[Piece]) -> Sizes:
+    return reduce(combine, (p.sizes for p in pieces))
+
+
+def cheapest_prefix(group: list[Piece], t: TreeRuntime) -> tuple[int, Bucket]:
+    """The length of the prefix of `group` (all of which fits the largest bucket) with the least
+    (bucket rows + FIXED_ROWS) / used rows, the longest of those, and its bucket."""
+    needs = list(accumulate((p.sizes for p in group), combine))
+    buckets = [t.program.bucket_for(n) for n in needs]
+    cost = [Fraction(b.rows + FIXED_ROWS, n.rows)  # type: ignore[union-attr]
+            for b, n in zip(buckets, needs, strict=True)]
+    k = min(range(len(group)), key=lambda k: (cost[k], -k))
+    return k + 1, buckets[k]  # type: ignore[return-value]
