@@ -166,6 +166,29 @@ def worst_sizes(t: TreeTemplate) -> Sizes:
     return Sizes(sum(level_rows(t)), segs, depth, reads, labels)
 
 
+def worst_path_rows(t: TreeTemplate) -> int:
+    """The most rows one read's path (its segment and every ancestor) can have within the declared bounds:
+    what the largest bucket must hold for every instance within them to run, split if need be."""
+    most = 0
+
+    def seg(s: SegmentTemplate, above: int) -> None:
+        nonlocal most
+        rows = above + max_tokens(s)
+        if s.reads:
+            most = max(most, rows)
+        children(s.children, rows)
+
+    def children(cs: tuple[Child, ...], above: int) -> None:
+        for c in cs:
+            if isinstance(c, Repeat):
+                children(c.body, above)
+            else:
+                seg(c, above)
+
+    seg(t.root, 0)
+    return most
+
+
 def min_rows(t: TreeTemplate) -> int:
     return sum(level_rows(t, worst=False))
 

@@ -16,8 +16,10 @@ bucket's rows (the GEMMs only to the stream's: codegen/gemm.py ROWS), and kernel
 bucket, so a finer ladder costs a recording and a CUDA graph per bucket, not kernels). Segments, reads,
 depth and labels per bucket are the most an instance of that many rows can have (segments: from the
 template's least rows per segment, `max_segments`), so rows alone decide a single instance's bucket; an
-instance with more rows than the largest bucket takes the eager/split path (TreeProgram.bucket_for
-returns None).
+instance with more rows than the largest bucket is split at tree boundaries by the runtime
+(TreeProgram.bucket_for returns None). Whatever the basis, the largest bucket holds the longest path one read can have within the
+bounds (ir/template.worst_path_rows; a bucket is added when the others do not), so the runtime can run
+every instance the spec accepts.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from flidec.ir.template import (
     max_reads_per_segment,
     min_rows,
     segments_preorder,
+    worst_path_rows,
     worst_sizes,
 )
 from flidec.passes.manager import register
@@ -69,6 +72,9 @@ def bucket_tree(t: TreeTemplate, profile: Sequence[Sizes], padding: float, max_r
         rows, basis = _cover(sorted(p.rows for p in profile), padding, round_rows(worst.rows)), "profile"
     else:
         rows, basis = _ladder(least, min(worst.rows, max_rows)), "bounds"
+    path = round_rows(worst_path_rows(t))
+    if rows[-1] < path:  # every instance within the bounds must run: each read's path fits the largest bucket
+        rows.append(path)
     reads_per_row = max_reads_per_segment(t)
     rungs = []
     for k, r in enumerate(rows):

@@ -22,6 +22,7 @@ from flidec.ir.template import (
     Templates,
     TreeTemplate,
     segments_preorder,
+    worst_path_rows,
     worst_sizes,
 )
 from flidec.passes.manager import PassError, run
@@ -44,10 +45,14 @@ def test_round_trip_and_ladder_shape(name, example, ctx):
     (t,) = program.trees
     rows = [p.bucket.rows for p in t.buckets]
     assert all(r % ROW_ALIGN == 0 for r in rows) and rows == sorted(rows)
-    if spec.trees[0].buckets:  # hints are the ladder
-        assert t.basis == "hints" and rows == list(spec.trees[0].buckets)
+    path = -(-worst_path_rows(t.template) // 64) * 64
+    assert rows[-1] >= path  # the longest path of one read within the bounds fits the largest bucket
+    if spec.trees[0].buckets:  # hints are the ladder, and one bucket more where they stop short of a path
+        hints = list(spec.trees[0].buckets)
+        assert t.basis == "hints" and rows == hints + ([path] if path > hints[-1] else [])
     else:
-        assert t.basis == "bounds" and rows[-1] == min(-(-t.worst.rows // 64) * 64, ctx.max_rows)
+        assert t.basis == "bounds"
+        assert rows[-1] == max(min(-(-t.worst.rows // 64) * 64, ctx.max_rows), path)
     for p in t.buckets:
         assert 0 <= p.padding < 1 and p.layout is not None
 
@@ -93,6 +98,18 @@ def _questions(const: int, lo: int = 1) -> Templates:
     root = SegmentTemplate((Const((7, 8)), Slot("state", "doc", 100, head=2)),
                            children=(Repeat("questions", "q", lo, 64, (question,)),))
     return Templates((TreeTemplate("qs", root),))
+
+
+def test_hints_below_the_longest_path_get_a_bucket_for_it(ctx):
+    # root 2 + 100, one question 50 + 9: a read's path is at most 161 rows, the whole tree far more
+    templates = _questions(9)
+    assert worst_path_rows(templates.trees[0]) == 161
+    hinted = Templates((replace(templates.trees[0], buckets=(64, 128)),))
+    (t,) = run(hinted, ["bucket_topologies"], ctx).ir.trees
+    assert [p.bucket.rows for p in t.buckets] == [64, 128, 192] and t.basis == "hints"
+    covering = Templates((replace(templates.trees[0], buckets=(64, 256)),))
+    (t,) = run(covering, ["bucket_topologies"], ctx).ir.trees
+    assert [p.bucket.rows for p in t.buckets] == [64, 256]  # the hints already hold every path
 
 
 def test_bucket_segments_are_the_most_an_instance_of_its_rows_can_have(ctx):

@@ -80,14 +80,13 @@ def _verdicts(paths: dict, rows: list[dict]) -> dict[str, list]:
 Case = tuple[str, dict, str | None]  # (what, row, the spec path's refusal or None: answered)
 
 
-def _check(paths: dict, cases: list[Case], gpu_only: dict[str, list[str]] | None = None) -> None:
-    """Every path gives each row the spec path's verdict; `gpu_only`: rows (by label) the GPU path refuses
-    alone, with its refusal: a read whose own path is over the largest bucket (the tree's bucket hints)."""
+def _check(paths: dict, cases: list[Case]) -> None:
+    """Every path (the spec, the artifact on the CPU, the artifact's GPU engine) gives each row the spec
+    path's verdict."""
     rows = [row for _, row, _ in cases]
     got = _verdicts(paths, rows)
     assert got["cpu"] == got["spec"]
-    gpu_only = gpu_only or {}
-    assert got["gpu"] == [gpu_only.get(label, v) for (label, _, _), v in zip(cases, got["spec"], strict=True)]
+    assert got["gpu"] == got["spec"]
     for (label, _, refusal), verdict in zip(cases, got["spec"], strict=True):
         if refusal is None:
             assert verdict is None, (label, verdict)
@@ -164,8 +163,10 @@ def test_planner_bounds_agree_with_the_spec_path(planner) -> None:
         ("criteria at bound", row(put(("next_tool", "criteria"), {"x": tokens(4094), "y": None})), None),
         ("criteria over", row(put(("next_tool", "criteria"), {"x": tokens(4095), "y": None})),
          "next_tool.criteria: 4097 tokens over its bound 4096"),
+        ("history, instructions and criteria at bound: the longest path", row(lambda r: (
+            put(("history",), tokens(16384))(r), put(("next_tool", "instructions"), tokens(1024))(r),
+            put(("next_tool", "criteria"), {"x": tokens(4094), "y": None})(r))), None),
     ]
-    # planner.flide's bucket hints top at 16,384 rows: a history at its bound plus the chat header is over
-    # it on its own, which only the GPU path (no bucket, no run) refuses; the reference executor runs it
-    _check(planner, cases, gpu_only={"history at bound": [
-        "next_tool: its path alone needs 16388 rows; the largest bucket (r16384) holds 16384 rows"]})
+    # planner.flide's bucket hints top at 16,384 rows, under a history at its bound plus the chat header:
+    # bucket_topologies adds a bucket for the longest path, so the GPU path runs that row too
+    _check(planner, cases)
