@@ -169,23 +169,13 @@ def worst_sizes(t: TreeTemplate) -> Sizes:
 def worst_path_rows(t: TreeTemplate) -> int:
     """The most rows one read's path (its segment and every ancestor) can have within the declared bounds:
     what the largest bucket must hold for every instance within them to run, split if need be."""
+    path: list[int] = []  # rows from the root down to each level of the segment being visited
     most = 0
-
-    def seg(s: SegmentTemplate, above: int) -> None:
-        nonlocal most
-        rows = above + max_tokens(s)
+    for s, level in segments_preorder(t.root):  # a parent before its children
+        del path[level:]
+        path.append((path[-1] if path else 0) + max_tokens(s))
         if s.reads:
-            most = max(most, rows)
-        children(s.children, rows)
-
-    def children(cs: tuple[Child, ...], above: int) -> None:
-        for c in cs:
-            if isinstance(c, Repeat):
-                children(c.body, above)
-            else:
-                seg(c, above)
-
-    seg(t.root, 0)
+            most = max(most, path[-1])
     return most
 
 
