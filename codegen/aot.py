@@ -1,17 +1,11 @@
 """Ahead-of-time compilation of @triton.jit kernels into launchable records, and their on-disk form.
 
 Consumes a kernel, its signature (every parameter's Triton type, "constexpr" for the specialized ones) and
-its constexpr values; produces a CompiledKernel: the cubin plus what a launcher needs (entry name, launch
-parameters in order, threads per block, dynamic shared memory). Records are written into an artifact's
-kernel directory as `<sha256>.json` + `<sha256>.cubin`, content-addressed, and read back with every hash
-checked (the record type and its reader live in runtime/launch.py). Never Triton's cache directory: it
-holds absolute paths and toolchain-dependent keys.
-Relies on Triton 3.6: `triton.compile(ASTSource(...), target=GPUTarget("cuda", cc, 32))` builds for a GPU
-that need not be present (ptxas ships in Triton's wheel), and a compiled kernel takes its non-constexpr
-parameters in order followed by two hidden pointers, global and profile scratch. The record keeps a kernel's
-global scratch bytes per program (TMA descriptors built on the device live there), which the runtime
-provides; kernels that need profile scratch, a cluster, a cooperative or PDL launch, or TMA descriptors
-built on the host are refused at build time. Must run in a process where TRITON_INTERPRET is unset.
+its constexpr values; produces a CompiledKernel (runtime/launch.py: the cubin plus what a launcher needs),
+written content-addressed into an artifact's kernel directory, never Triton's cache directory (it holds
+absolute paths and toolchain-dependent keys). Relies on Triton 3.6 building for a GPU that need not be
+present (ptxas ships in Triton's wheel); kernels the runtime cannot launch are refused at build time. Must
+run in a process where TRITON_INTERPRET is unset.
 """
 
 from __future__ import annotations
@@ -49,7 +43,9 @@ def compile_kernel(fn: Any, signature: dict[str, str], constexprs: dict[str, Any
 
     `signature` maps every parameter of `fn`, in order, to its Triton type. `aligned` names the pointer
     parameters the compiler may assume 16-byte aligned (default: all of them; the runtime's buffer plan
-    aligns every buffer).
+    aligns every buffer). Triton 3.6's `triton.compile(ASTSource(...), target=GPUTarget("cuda", cc, 32))`
+    needs no GPU; the compiled kernel takes its non-constexpr parameters in order followed by two hidden
+    pointers, global and profile scratch.
     """
     import triton
     from triton.backends.compiler import GPUTarget
@@ -96,6 +92,9 @@ def compile_kernel(fn: Any, signature: dict[str, str], constexprs: dict[str, Any
 
 
 def _check_launchable(name: str, md: Any, capability: int) -> None:
+    """Refuse what the runtime cannot launch. It provides global scratch (the record keeps its bytes a
+    program: TMA descriptors built on the device live there) but no profile scratch, cluster, cooperative or
+    PDL launch, or TMA descriptors built on the host."""
     problems = []
     if md.global_scratch_size and SCRATCH_ALIGN % md.global_scratch_align:
         problems.append(f"needs its global scratch aligned to {md.global_scratch_align} bytes (the runtime "
@@ -120,7 +119,8 @@ def _check_launchable(name: str, md: Any, capability: int) -> None:
 
 
 def write_kernel(kernel: CompiledKernel, directory: str | Path) -> str:
-    """Store the record as `<digest>.json` + `<digest>.cubin` under `directory`; returns the digest."""
+    """Store the record as `<digest>.json` + `<digest>.cubin` under `directory`; returns the digest. The
+    runtime (runtime/launch.py) reads it back with every hash checked."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     digest = kernel.digest

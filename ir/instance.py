@@ -2,13 +2,8 @@
 
 Consumes a Tree (verified) and an instance (parsed JSON); produces the instance's JSON Schema (draft
 2020-12) or raises InstanceError listing every problem with its path (`action[3].outcome[0].text: 300
-tokens over its bound 256`). Keys are node names: the state's (a string, or any object/array, rendered as
-JSON), each named bound text's (a string), each fork's (a list of branch objects: "text" for the branch's
-leading text plus its body's keys), each ask's that has anything bound (a question object in System One's
-shape, ../shared/API.md) and each repeated ask's (an object {question id: question object}). Token
-bounds are checked only when a token counter is given; an object or array counts as its compact JSON.
-Before any of that, every value is checked for what would break tokenizing or writing (lone surrogates,
-nesting, huge integers, duplicate keys from `loads_instance`) and every text against its bound's most bytes.
+tokens over its bound 256`). Keys are node names (`takes_key`). Token bounds are checked only when a token
+counter is given; an object or array counts as its compact JSON.
 """
 
 from __future__ import annotations
@@ -33,7 +28,11 @@ _VALUE = ["string", "object", "array"]  # what System One accepts as instruction
 
 
 def takes_key(node: Node) -> bool:
-    """Whether `node` has a key in its scope's instance object."""
+    """Whether `node` has a key in its scope's instance object. Besides the state's (a string, or any
+    object/array, rendered as JSON), keys are each named bound text's (a string), each fork's (a list of
+    branch objects: "text" for the branch's leading text plus its body's keys), each ask's that has anything
+    bound (a question object in System One's shape, ../shared/API.md) and each repeated ask's (an object
+    {question id: question object})."""
     if isinstance(node, Text):
         return isinstance(node.value, Bound) and node.name is not None
     if isinstance(node, Fork):
@@ -130,7 +129,8 @@ def _tokens_words(b: Bound | None) -> str:
 
 def validate_instance(tree: Tree, instance: Any, count_tokens: CountTokens | None = None) -> None:
     """Raise InstanceError listing every problem of `instance`; return None when it fits `tree`. Values that
-    could not be tokenized or written (`value_problems`) are reported alone, before anything reads them."""
+    could not be tokenized or written (`value_problems`) are reported alone, before anything reads them, and
+    every text is checked against its bound's most bytes before it is tokenized."""
     problems = value_problems(instance) or list(_Validator(count_tokens).tree(tree, instance))
     if problems:
         raise InstanceError(problems)

@@ -2,14 +2,12 @@
 
 Consumes a verified Spec and the context's format (flidec.runtime.next_token, built on the model's
 tokenizer); produces ir/template.Templates: per tree, the segments the binder would cut (the root: chat
-header + state; each run of texts after a branch point; each fork branch; each ask's block) with constant
-texts, constant question lines, option lines, reply instructions and the footer/generation prompt as token
-ids, and what the instance fills in as slots. Relies on the format's cut rule: every boundary between two
-pieces here is one the format's own pieces cut at, so constants never merge with their neighbours.
-
-Slot bounds are the declared token bounds plus the framing the format adds around them, each join between
-two encoded texts allowed one extra token; runtime/templates.py refuses an instance over a slot's bound,
-so the worst case per segment is a contract, not an estimate.
+header + state; each run of texts after a branch point; each fork branch; each ask's block), what the spec
+fixes as token ids and what the instance fills in as slots. Relies on the format's cut rule: every boundary
+between two pieces here is one the format's own pieces cut at, so constants never merge with their
+neighbours. A slot's bound is its declared token bound plus the format's framing around it, each join of
+two encoded texts allowed JOIN more; runtime/templates.py refuses an instance over it, so the worst case
+per segment is a contract, not an estimate.
 """
 
 from __future__ import annotations
@@ -114,6 +112,8 @@ class _Folder:
         return rep
 
     def ask(self, ask: Ask, path: str) -> _Seg:
+        """An ask's block: constant question lines, option lines, reply instructions and the footer with the
+        generation prompt as ids, and each run of lines the instance fills in as one question slot."""
         lines = self.fmt.ask_lines(ask)
         pieces: list[Piece] = []
         for k, ids in enumerate(lines):

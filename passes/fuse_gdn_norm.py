@@ -1,14 +1,11 @@
 """Gated DeltaNet norm fusion: the layer's gated RMS norm runs in the Gated DeltaNet's output kernel.
 
-Consumes a lowered, fused model graph (fuse_pointwise: the Gated DeltaNet is `fork_gdn_gated`); produces
-the graph with `gated_rms_norm(fork_gdn_gated(q, k, v, a, b, A_log, dt_bias, s), z, w, eps)`, where the
-norm is the Gated DeltaNet's only user, rewritten to `fork_gdn_normed(q, k, v, a, b, A_log, dt_bias, z, w,
-eps, s)` at the norm's place (z and w are defined by then). In Qwen3.5 every linear-attention layer
-matches: 18 norm launches of a 0.8B pass, and o's round trip through memory between the two, go away.
-Numerics: the output kernel rounds o to the model dtype as it stored it and computes the norm with
-gated_rms_norm_kernel's own functions (codegen/pointwise.sum_squares, gated_norm: a reduction order that
-does not depend on the compiler's layouts), so its outputs are torch.equal to the two launches'; the
-reference body is the unfused composition, so the reference executor's answers are torch.equal too.
+Consumes a lowered, fused model graph (fuse_pointwise: the Gated DeltaNet is `fork_gdn_gated`); produces it
+with each gated RMS norm that is its Gated DeltaNet's only user fused into one `fork_gdn_normed`: in Qwen3.5
+every linear-attention layer's norm launch, and o's round trip through memory, go away. The output kernel
+rounds o to the model dtype as it stored it and computes the norm with gated_rms_norm_kernel's own functions
+(codegen/pointwise.sum_squares, gated_norm), so its outputs are torch.equal to the two launches'; the
+reference body is the unfused composition.
 """
 
 from __future__ import annotations
@@ -34,6 +31,9 @@ def fuse_gdn_norm(gm: torch.fx.GraphModule, ctx: object = None) -> torch.fx.Grap
 
 
 def _fuse(g: torch.fx.Graph, n: torch.fx.Node) -> None:
+    """`gated_rms_norm(fork_gdn_gated(q, k, v, a, b, A_log, dt_bias, s), z, w, eps)`, the norm the Gated
+    DeltaNet's only user -> `fork_gdn_normed(q, k, v, a, b, A_log, dt_bias, z, w, eps, s)` at the norm's
+    place (z and w are defined by then)."""
     if op_name(n) != "gated_rms_norm" or n.kwargs or len(n.args) != 4:
         return
     gdn, z, weight, eps = n.args

@@ -1,19 +1,11 @@
 """Pointwise fusion: norms, gates, SiLU products and residual adds merged into single kernels' ops.
 
-Consumes a lowered model graph (lower_forks, so attention is fork_attention_static); produces the graph
-with these rewrites, each applied wherever its pattern matches:
-- `F.silu(a) * b` -> `silu_mul(a, b)` (the SwiGLU product);
-- `reshape(fork_attention_static(q, k, v, s)) * sigmoid(reshape(gate))` -> `fork_attention_gated(q, k, v,
-  gate, s)`: the output gate applied inside the attention kernel, reading the gate through its view of the
-  q projection (no copy of the gate);
-- `rms_norm(x + y)` where the sum also feeds the residual stream -> `add_rms_norm(x, y)` -> (sum, normed);
-- `rms_norm(x.float())` -> `rms_norm_f32(x)` (the final norm reads bf16 and computes in fp32);
-- `fork_gdn_static(q, k, v, gdn_decay(a, A_log, dt_bias), gdn_beta(b), s)` -> `fork_gdn_gated(q, k, v, a, b,
-  A_log, dt_bias, s)`: the Gated DeltaNet prep kernel computes its gates from the raw projections.
-Numerics: each fused op's reference body is the unfused composition, so the graph's answers on the
-reference executor are torch.equal. Their kernels (codegen/pointwise.py, the attention gate, the Gated
-DeltaNet prep's gates) round once where the unfused ops rounded between steps, which moves bf16 results
-within TOLERANCE (fp32 too, by reassociation of the sigmoid), never more.
+Consumes a lowered model graph (lower_forks, so attention is fork_attention_static); produces the graph with
+RULES applied in turn, each wherever its pattern matches: the SwiGLU product, the attention output gate, the
+final fp32 norm, residual add + norm, and the Gated DeltaNet's gates each become one fused op. Each fused
+op's reference body is the unfused composition, so the reference executor's answers are torch.equal; their
+kernels round once where the unfused ops rounded between steps, which moves bf16 results within TOLERANCE
+(fp32 too, by reassociation of the sigmoid), never more.
 """
 
 from __future__ import annotations
@@ -40,6 +32,7 @@ def _single_use(n: object, name: str) -> bool:
 
 
 def _fuse_silu_mul(g: torch.fx.Graph, n: torch.fx.Node) -> bool:
+    """`F.silu(a) * b` -> `silu_mul(a, b)` (the SwiGLU product)."""
     if op_name(n) != "mul":
         return False
     a, b = n.args
@@ -53,6 +46,9 @@ def _fuse_silu_mul(g: torch.fx.Graph, n: torch.fx.Node) -> bool:
 
 
 def _fuse_gate(g: torch.fx.Graph, n: torch.fx.Node) -> bool:
+    """`reshape(fork_attention_static(q, k, v, s)) * sigmoid(reshape(gate))` -> `fork_attention_gated(q, k,
+    v, gate, s)`: the output gate applied inside the attention kernel, reading the gate through its view of
+    the q projection (no copy of the gate)."""
     if op_name(n) != "mul":
         return False
     o, s = n.args
@@ -69,6 +65,8 @@ def _fuse_gate(g: torch.fx.Graph, n: torch.fx.Node) -> bool:
 
 
 def _fuse_add_norm(g: torch.fx.Graph, n: torch.fx.Node) -> bool:
+    """`rms_norm(x + y)` where the sum also feeds the residual stream -> `add_rms_norm(x, y)` -> (sum,
+    normed)."""
     if op_name(n) != "rms_norm" or op_name(n.args[0]) != "add" or len(n.args[0].users) < 2:
         return False
     total = n.args[0]
@@ -90,6 +88,7 @@ def _fuse_add_norm(g: torch.fx.Graph, n: torch.fx.Node) -> bool:
 
 
 def _fuse_norm_f32(g: torch.fx.Graph, n: torch.fx.Node) -> bool:
+    """`rms_norm(x.float())` -> `rms_norm_f32(x)` (the final norm reads bf16 and computes in fp32)."""
     if op_name(n) != "rms_norm" or not _single_use(n.args[0], "float"):
         return False
     cast = n.args[0]
@@ -101,6 +100,8 @@ def _fuse_norm_f32(g: torch.fx.Graph, n: torch.fx.Node) -> bool:
 
 
 def _fuse_gdn_gates(g: torch.fx.Graph, n: torch.fx.Node) -> bool:
+    """`fork_gdn_static(q, k, v, gdn_decay(a, A_log, dt_bias), gdn_beta(b), s)` -> `fork_gdn_gated(q, k, v,
+    a, b, A_log, dt_bias, s)`: the Gated DeltaNet prep kernel computes its gates from the raw projections."""
     if op_name(n) != "fork_gdn_static":
         return False
     q, k, v, decay, beta, segments = n.args

@@ -1,20 +1,11 @@
 """Projection grouping: the linears that read one input run as one launch.
 
-Consumes a lowered, fused model graph (fuse_pointwise: the SwiGLU product is `silu_mul`); produces the graph
-with two rewrites, in this order:
-- `silu_mul(linear(x, Wg), linear(x, Wu))`, each linear used only there and the weights alike ->
-  `linear_silu_mul(x, Wg, Wu)`: both projections and the product in one launch, which writes the product
-  only (codegen/gemm.gemm_silu_mul_kernel);
-- every other set of two or more `linear(x, W)` nodes with the same x (a node) and parameter weights of one
-  dtype and inner size -> in graph order, at most MAX_GROUP at a time, `linear_group(x, (W0, W1, ...))` and a
-  `getitem` per member, each member keeping its own output tensor (codegen/gemm.gemm_group_kernel).
-In Qwen3.5 that makes each MLP's gate, up and SwiGLU product one launch, a Gated DeltaNet layer's qkv, z, b
-and a projections one, and an attention layer's q, k and v one: the 186 GEMM launches and 24 SwiGLU
-launches of a 0.8B pass become 96, and the N = 16 projections b and a stop costing a launch each.
-Numerics: the kernels compute each projection's tiles exactly as a launch of its own would (same tiles, K
-from 0 upward, no split-K), so the projections are torch.equal; the SwiGLU epilogue rounds each projection
-to the model dtype first, as the stored projections were. The reference bodies are the unfused ops, so the
-answers on the reference executor are torch.equal.
+Consumes a lowered, fused model graph (fuse_pointwise: the SwiGLU product is `silu_mul`); produces it with
+each MLP's gate, up and SwiGLU product as one `linear_silu_mul` and every other set of projections of one
+input (a Gated DeltaNet layer's qkv, z, b and a; attention's q, k and v) as one `linear_group`, so a pass
+takes far fewer launches and the narrow projections b and a stop costing a launch each (docs/DESIGN.md).
+The kernels compute each projection's tiles exactly as a launch of its own would (same tiles, K from 0
+upward, no split-K), so the outputs are torch.equal; the reference bodies are the unfused ops.
 """
 
 from __future__ import annotations
@@ -34,6 +25,10 @@ MAX_GROUP = 4  # the members codegen/gemm.gemm_group_kernel takes
 
 @register("group_linears", level_in="fx", level_out="fx")
 def group_linears(gm: torch.fx.GraphModule, ctx: object = None) -> torch.fx.GraphModule:
+    """First `_fuse_silu_mul` everywhere, then every other set of two or more `linear(x, W)` nodes with the
+    same x (a node) and parameter weights of one dtype and inner size -> in graph order, at most MAX_GROUP at
+    a time, `linear_group(x, (W0, W1, ...))` and a `getitem` per member, each member keeping its own output
+    tensor (codegen/gemm.gemm_group_kernel)."""
     if not is_lowered(gm):
         raise FlideError("group_linears needs a lowered graph (run lower_forks first)")
     gm = copy_module(gm)
@@ -61,6 +56,10 @@ def _projection(n: object, params: dict[str, torch.Tensor]) -> torch.Tensor | No
 
 
 def _fuse_silu_mul(g: torch.fx.Graph, n: torch.fx.Node, params: dict[str, torch.Tensor]) -> None:
+    """`silu_mul(linear(x, Wg), linear(x, Wu))`, each linear used only there and the weights alike ->
+    `linear_silu_mul(x, Wg, Wu)`: both projections and the product in one launch, which writes the product
+    only (codegen/gemm.gemm_silu_mul_kernel); its epilogue rounds each projection to the model dtype first,
+    as the stored projections were, so the product's bits do not change."""
     if op_name(n) != "silu_mul":
         return
     gate, up = n.args

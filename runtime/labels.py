@@ -2,16 +2,9 @@
 
 Consumes a literal text encoder (`encode`) and the generation prompt's plain tail (the text after its
 last special token); produces, per ask kind and option count, the label strings shown in the prompt and
-the token id each is read at. The one implementation (flidec.runtime.labels re-exports it). A label's
-token is the one token that `tail + label`, encoded, adds to `tail` encoded; anything else (two tokens, a
-changed prefix) makes the label unusable.
-
-The labels, decided once here:
-- noul: `yes`, `no` (in that order: index 0 is yes).
-- score: the digits `0`..`9`, one per level, low to high (System One allows at most 10 levels).
-- choice with n options: options 1..26 get `A`..`Z`; options 27..n get the two-letter labels `AA`, `AB`,
-  ..., `AZ`, `BA`, ..., `ZZ` in that order, skipping every one that is not a single token or whose token
-  another label already has, until n labels exist (Qwen3.5 has 562 usable two-letter labels; 229 needed).
+the token id each is read at, decided once here (LabelTable's noul, score and choice). A label's token is
+the one token that `tail + label`, encoded, adds to `tail` encoded; anything else (two tokens, a changed
+prefix) makes the label unusable.
 """
 
 from __future__ import annotations
@@ -72,14 +65,19 @@ class LabelTable:
         return Labels(texts, ids)  # type: ignore[arg-type]
 
     def noul(self) -> Labels:
+        """`yes`, `no`, in that order: index 0 is yes."""
         return self._distinct(NOUL_LABELS)
 
     def score(self, n: int) -> Labels:
+        """The digits `0`..`9`, one per level, low to high (System One allows at most MAX_SCORE levels)."""
         if not 2 <= n <= MAX_SCORE:
             raise LabelError(f"a score has 2 to {MAX_SCORE} levels, got {n}")
         return self._distinct(tuple(string.digits[:n]))
 
     def choice(self, n: int) -> Labels:
+        """Options 1..26 get `A`..`Z`; options 27..n get the two-letter labels `AA`, `AB`, ..., `AZ`, `BA`,
+        ..., `ZZ` in that order, skipping every one that is not a single token or whose token another label
+        already has, until n labels exist (Qwen3.5 has more usable ones than MAX_CHOICE needs)."""
         if not 1 <= n <= MAX_CHOICE:
             raise LabelError(f"a choice has 1 to {MAX_CHOICE} options, got {n}")
         if n <= 26:

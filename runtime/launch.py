@@ -2,14 +2,9 @@
 
 Consumes an artifact's kernel records (`kernels/<digest>.json` + `.cubin`, written by codegen/aot.py, which
 imports the record type and reader from here) and a recording's steps resolved to pointers by
-runtime/buffers.py; produces launches through a Launcher. `CudaLauncher` loads cubins with cuda.core (imported
-lazily: only on the GPU path) and launches them on torch's current stream: block = 32 x num_warps threads,
-`shared` bytes of dynamic shared memory (above 48 KiB the kernel's attribute is raised first), arguments =
-pointers as ints, scalars as fixed-width numpy values, then HIDDEN_PARAMS pointers (Triton 3.6 appends global-
-and profile-scratch pointers: the global one is the engine's scratch buffer for kernels that need it,
-`scratch` bytes a program, and null otherwise; the build refuses kernels needing profile scratch). The
-cuda.core Stream wrapper is cached per stream handle (an uncached wrap costs ~18 us per launch). Tests
-substitute a recording launcher for CudaLauncher and check the exact argument values.
+runtime/buffers.py; produces launches through a Launcher. `CudaLauncher` loads cubins with cuda.core
+(imported lazily: only on the GPU path) and launches them on torch's current stream as CompiledKernel
+describes. Tests substitute a recording launcher for CudaLauncher and check the exact argument values.
 """
 
 from __future__ import annotations
@@ -38,8 +33,9 @@ class CompiledKernel:
     Launch: grid from the recording, block = (32 * num_warps, 1, 1), `shared` bytes of dynamic shared memory
     (above 48 KiB the launcher must raise the function's max-dynamic-shared-memory attribute first),
     arguments = `params` in order (pointers as ints, scalars as numpy values of their type) then
-    HIDDEN_PARAMS pointers: global scratch of `scratch` bytes a program (null when 0), and null. Pointers
-    named in `aligned` were compiled assuming 16-byte alignment.
+    HIDDEN_PARAMS pointers: global scratch of `scratch` bytes a program (the engine's scratch buffer; null
+    when 0), and null for profile scratch (the build refuses kernels that need it). Pointers named in
+    `aligned` were compiled assuming 16-byte alignment.
     """
 
     name: str  # the cubin's entry point
@@ -203,6 +199,8 @@ class CudaLauncher:
         from cuda.core import launch as cuda_launch
 
         raw = self._torch.cuda.current_stream().cuda_stream  # inside graph capture: the capture stream
+        # the cuda.core Stream wrapper is cached per handle: wrapping on every launch is a host cost worth
+        # saving (measured on the H200, BENCHMARKS.md)
         stream = self._streams.get(raw)
         if stream is None:
             stream = self._streams[raw] = Stream.from_handle(raw)

@@ -1,28 +1,12 @@
 """The next_token format: each ask rendered the way vLLM 0.32 reads a chat model, cut into token pieces.
 
-Consumes a ChatTokenizer (plain-text encoding, special tokens, the chat template's one-user-turn prefix and
-suffix with thinking off and the generation prompt) and, per instance, node texts and question objects;
-produces the token pieces that become stream segments, each ask's label token ids, and answer objects.
-
-An ask's prompt is one user turn whose content is the path's texts (the state, then every continuing text
-and fork branch text on the path) joined by "\\n\\n", then "\\n\\n", then the question block:
-`Question: {instructions}` (left out when there are none), one line per option (`A: {name} - {desc}`,
-`yes: {desc}`, `0: {level}`; the label alone, or `label: name`, when undescribed) and the reply line.
-Objects and arrays (state, instructions, descriptions, levels) render as JSON with ensure_ascii=False.
-
-Pieces: root = template prefix + state + "\\n\\n"; each continuing/branch text + "\\n\\n"; each question
-block line by line + the template suffix. Concatenated piece ids equal the whole prompt's ids because every
-cut sits right after a newline that a non-whitespace character follows (no pre-token of the Qwen split
-regex holds a newline followed by non-whitespace, nothing composes with a newline under NFC) or right
-before a special token. Rendering rule that keeps it so: continuing and branch texts lose their leading
-whitespace, and a text that is then empty is left out together with its separator. The state stays as is
-(it shares its piece with the template prefix). User text never becomes special tokens (ChatTokenizer.encode).
-Tokenizing: a piece is first a Draft (ids the spec fixes, texts the instance binds). The runtime's walker
-(runtime/templates.py) tokenizes all the texts of an instance in one batch (`encode_texts`), a long text as
-runs cut at those same newlines or before a space between two letters (`_runs`; with a Qwen split only,
-ChatTokenizer.cuts_exact) so that the batch spreads it over all cores; the ids are the text's, whole.
-`root_piece`, `text_piece` and `ask_piece` encode each text of one piece on its own.
-The one implementation: the runtime binds with it, flidec.runtime.next_token re-exports it.
+Consumes a ChatTokenizer (literal encoding, special tokens, the chat template's one-user-turn prefix and
+suffix with thinking off) and, per instance, node texts and question objects; produces the token pieces
+that become stream segments, each ask's label token ids, and answer objects. An ask's prompt is one user
+turn: the path's texts joined by SEP ("\\n\\n"), then SEP and the question block (`_lines`). Every cut
+between pieces sits right after a newline that a non-whitespace character follows, or right before a
+special token, so the pieces' ids add up to the whole prompt's (`prompt_ids`; docs/DESIGN.md, Prompts).
+The one implementation: the runtime binds with it and flidec.formats registers it.
 """
 
 from __future__ import annotations
@@ -105,7 +89,9 @@ class AskDraft:
 
 
 def strip_text(text: str) -> str:
-    """The rendering rule for texts after a separator: leading whitespace dropped (see module doc)."""
+    """The rendering rule for continuing and branch texts: leading whitespace dropped, so the cut before
+    them always follows a newline that non-whitespace follows (a text then empty is left out together with
+    its separator: text_draft). The state stays as is: it shares its piece with the template prefix."""
     return text.lstrip()
 
 
@@ -119,7 +105,14 @@ class _Question:
 
 
 class NextTokenFormat:
-    """next_token(style="vllm") for one tokenizer; constant pieces are tokenized once and cached."""
+    """next_token(style="vllm") for one tokenizer; constant pieces are tokenized once and cached.
+
+    Pieces: the root is the template prefix + the state + SEP; each continuing or branch text + SEP is one;
+    each question block, line by line, + the template suffix is one. A piece is first a Draft (ids the spec
+    fixes, texts the instance binds): the runtime's walker (runtime/templates.py) tokenizes all of an
+    instance's texts in one `encode_texts` batch, while `root_piece`, `text_piece` and `ask_piece` encode
+    each text of one piece on its own.
+    """
 
     name = "next_token"
 
@@ -153,8 +146,8 @@ class NextTokenFormat:
     def encode_texts(self, texts: Iterable[str]) -> dict[str, tuple[int, ...]]:
         """The literal ids of each distinct text, from one batch of all their runs: one call into the
         tokenizer (which encodes a batch on all cores) instead of one per text, and a long text's runs are
-        encoded side by side (a RACE-like passage of 2,300 characters: 5 runs). A tokenizer whose cuts are
-        not known to be exact (ChatTokenizer.cuts_exact) encodes each text whole."""
+        encoded side by side; the ids are the text's, whole. A tokenizer whose cuts are not known to be
+        exact (ChatTokenizer.cuts_exact) encodes each text whole."""
         unique = list(dict.fromkeys(texts))
         runs = [_runs(text) if self._tok.cuts_exact else [text] for text in unique]
         ids = iter(self._tok.encode_batch([r for rs in runs for r in rs]))
@@ -298,6 +291,10 @@ class NextTokenFormat:
 
     @staticmethod
     def _lines(q: _Question, label_texts: tuple[str, ...]) -> list[tuple[str, bool]]:
+        """The question block's lines, each with whether the spec fixes it: `Question: {instructions}` (left
+        out when there are none), one line per option (`A: {name} - {desc}`, `yes: {desc}`, `0: {level}`;
+        the label alone, or `label: name`, when undescribed) and the reply line. Objects and arrays render
+        as JSON with ensure_ascii=False (render_value)."""
         lines: list[tuple[str, bool]] = []
         text, constant = q.instructions
         if text:

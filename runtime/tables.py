@@ -1,21 +1,12 @@
 """The meta tables a bucket's kernels read, filled on the host from a stream's StreamMeta at bind time.
 
 Consumes a runtime.meta.StreamMeta (and the stream's token ids) and a Bucket; produces int tensors padded to
-the bucket's fixed sizes, so one recorded launch sequence (a CUDA graph) replays any request that fits:
-- the static meta buffers every lowered graph reads (`meta_buffers` / `static_tables`: tokens, positions,
-  conv_prev, segments, read_rows, read_labels, read_nlabels; int64),
-- the fork attention's `query_tiles` and `path_levels`, the fork conv's `conv_taps`, the forked Gated
-  DeltaNet's work items, tail rows and chunk slots (`gdn_tables`), the stream's row or read count
-  (`live_rows`, the GEMMs' bound); int32.
-A recording names each meta buffer's rule in its `fill` field ("query_tiles(block_m=64)",
-"gdn_items(per_level=8,slots=8,chunks=24)"); `fill_meta` applies the rules into fresh tensors, `write_meta`
-into given arrays (a meta stage's host buffers: every element written, no table allocated and copied). This is
-the one implementation: the kernels' launchers (codegen/), the recording player and the graph passes import it
-from here, so the runtime fills exactly what codegen's player fills, and imports nothing but torch, numpy and
-flidec.ir/runtime.
-Relies on the segment-tree property of StreamMeta (runtime/meta.py): along a path the levels' first
-positions ascend, a child begins at its parent's end, and a descendant starting from a segment's recurrent
-state starts at the boundary floor(end / CHUNK) * CHUNK of that segment (so one slot per segment suffices).
+the bucket's fixed sizes, so one recorded launch sequence (a CUDA graph) replays any request that fits. A
+recording names each meta buffer's rule in its `fill` field (FILL_RULES); `fill_meta` applies the rules into
+fresh tensors, `write_meta` into given arrays (a meta stage's host buffers). The one implementation:
+codegen's launchers, the recording player and the graph passes import it from here, so the runtime fills
+exactly what codegen's player fills; it imports nothing but torch, numpy and flidec.ir/runtime. Relies on
+the segment-tree property of StreamMeta (runtime/meta.py; path_levels, state_slots).
 """
 
 from __future__ import annotations
@@ -170,7 +161,8 @@ def path_depth(meta: StreamMeta) -> int:
 def path_levels(meta: StreamMeta, depth: int | None = None, num_segments: int | None = None) -> torch.Tensor:
     """[num_segments, depth, 2] int32: per segment, (start row, pos0) of every segment on its path, root
     first and itself last; levels past its own are (0, POS_NONE), segments past the stream's are all
-    padding. A logical position p maps to the row `start + p - pos0` of the deepest level with pos0 <= p."""
+    padding. A logical position p maps to the row `start + p - pos0` of the deepest level with pos0 <= p
+    (along a path the levels' pos0 ascend, and a child begins at its parent's end)."""
     depth = path_depth(meta) if depth is None else depth
     num_segments = len(meta.segments) if num_segments is None else num_segments
     out = np.empty((num_segments, depth, 2), dtype=np.int32)
@@ -236,7 +228,9 @@ def max_chunks(rows: int, segments: int) -> int:
 
 
 def state_slots(meta: StreamMeta) -> dict[int, int]:
-    """Slot of each segment whose state at floor(end / CHUNK) * CHUNK some descendant starts from."""
+    """Slot of each segment whose state at floor(end / CHUNK) * CHUNK some descendant starts from. One slot
+    a segment suffices: a descendant starting from a segment's recurrent state starts at that boundary of
+    that segment (asserted)."""
     for src, b in zip(meta.gdn_src, meta.gdn_chunk0, strict=True):
         assert src < 0 or b == meta.segments[src].end // CHUNK * CHUNK
     return {s: i for i, s in enumerate(sorted({src for src in meta.gdn_src if src >= 0}))}
@@ -299,7 +293,7 @@ def write_conv_taps(out: np.ndarray, meta: StreamMeta) -> None:
         raise ValueError(f"stream has {n} rows, the table holds {rows}")
     own = meta.segment_ids.numpy() >= 0
     prev = meta.conv_prev.numpy()
-    for j in range(CONV_TAPS - 1):  # a column at a time: ~2x faster than one [rows, 3] where
+    for j in range(CONV_TAPS - 1):  # a column at a time: faster than one [rows, 3] where
         out[:n, j] = np.where(own, prev[:, j], -1)
     out[:n, CONV_TAPS - 1] = np.where(own, np.arange(n), -1)
     out[n:] = -1
@@ -312,6 +306,8 @@ def live_rows(meta: StreamMeta) -> int:
 
 
 # ---- fill rules: a recording's meta buffers by name --------------------------------------------------------
+# A recording's `fill` names a rule and its parameters ("query_tiles(block_m=64)",
+# "gdn_items(per_level=8,slots=8,chunks=24)"); the static buffers are int64, every ruled table int32.
 
 
 @dataclass(frozen=True, slots=True)

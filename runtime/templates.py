@@ -2,16 +2,10 @@
 
 Consumes a tree (for its ask nodes and instance validation), its segment template (ir/template.py, as
 fold_prompt_text and dedup_prefixes left it) and a BindFormat; produces the same runtime.binder.BoundStream
-the plain binder does. Constant pieces come from the template as they are; slots are filled from the instance
-through the format (root/text/ask pieces, trimmed by the constant ids the template holds around them) and
-refused when over their compiled bound; first, every token bound the spec declares is checked exactly as
-`flidec run SPEC` checks it (ir/instance.validate_instance, the same errors), its texts counted in the
-instance's one tokenizer batch. A segment that binds to no tokens is dropped and its children hang
-off its parent (E3: the cut of a path never changes its bits). An instance is walked in two steps: first
-its segments as drafts (constant ids and slots still to tokenize), then, after one batch tokenizes every
-bound text of the instance (BindFormat.encode_texts), the plan itself. Packing and read order are the plain
-binder's (runtime/binder.py), level by level, which is the layout passes/layout.py records. With
-verify=True every read's path ids are checked against the plain binder's (which checks the whole prompt).
+the plain binder does: constant pieces come from the template as they are, slots are filled from the
+instance through the format. Packing and read order are the plain binder's (runtime/binder.py), level by
+level, which is the layout passes/layout.py records. With verify=True every read's path ids are checked
+against the plain binder's (which checks the whole prompt).
 """
 
 from __future__ import annotations
@@ -86,13 +80,19 @@ class _Sketch:
 
 
 class TemplateWalker:
+    """Walks an instance in two steps: first its segments as drafts (constant ids and slots still to
+    tokenize), then, after one batch tokenizes every bound text of the instance (BindFormat.encode_texts),
+    the plan itself. A segment that binds to no tokens is dropped and its children hang off its parent (E3:
+    the cut of a path never changes its bits)."""
+
     def __init__(self, tree: Tree, template: TreeTemplate, fmt: BindFormat):
         self.tree, self.template, self.fmt = tree, template, fmt
         self.asks = ask_paths(tree)
 
     def plan(self, instance: Mapping) -> tuple[Plan, Shape]:
         """The instance's plan, after the spec's every token bound is checked as `flidec run SPEC` checks it
-        (the same InstanceError); the slots' compiled bounds are checked too. `instance` must have passed
+        (ir/instance.validate_instance, the same InstanceError), its texts counted in the instance's one
+        tokenizer batch; the slots' compiled bounds are checked too. `instance` must have passed
         validate_instance's structural checks (without a token counter)."""
         self.drafts: dict[str, AskDraftLike] = {}  # per instance: ask path -> its draft (slot and read)
         sketch, shape = _Sketch(), {}
@@ -158,6 +158,8 @@ class TemplateWalker:
         raise AssertionError(f"repeat {rep.key} has no read of its ask")
 
     def fill(self, slot: Slot, obj: Mapping, prefix: str, questions: dict) -> _Fill:
+        """A slot filled from the instance through the format (a root, text or ask piece), to be trimmed by
+        the constant ids the template holds around it and refused when over its compiled bound."""
         if slot.kind == "state":
             return _Fill(self.fmt.root_draft(obj[slot.key]), slot.head, 0, slot.max_tokens, slot.key)
         if slot.kind == "text":

@@ -1,18 +1,12 @@
 """A model directory's tokenizer, as the rest of flidec uses it.
 
-Consumes a directory's tokenizer.json (through the `tokenizers` library: the runtime needs no transformers
-for this) and its chat template (chat_template.jinja, else tokenizer_config.json's `chat_template`);
-produces a ModelTokenizer: literal encode, template encode, decode, token lookups, and the chat pieces
-formats need (the text around a single user message and the generation prompt with thinking off), found
-by rendering the template with transformers' apply_chat_template semantics (sandboxed jinja2, trim_blocks,
-lstrip_blocks) on a marker message and cutting at the marker. Failures raise ModelError.
+Consumes a directory's tokenizer.json (through `tokenizers`: the runtime needs no transformers for this) and
+its chat template; produces a ModelTokenizer: literal and template encodes, decode, token lookups and the chat
+pieces formats need. Failures raise ModelError.
 
-Bound text is encoded literally: text that spells a special token (say a state containing
-"<|im_start|>") becomes the ordinary tokens of those characters, never the control token. Otherwise an
-instance could forge turn structure (close the user turn, open an assistant turn) and the model would
-read a different conversation than the spec built. vLLM, which tokenizes the whole rendered prompt,
-would emit the control token there: bound texts that spell special tokens are the one place where
-flidec's ids and vLLM's differ by design. Only the template's own text goes through `encode_template`.
+Bound text is encoded literally: a text that spells a special token (say "<|im_start|>") becomes the ordinary
+tokens of those characters, so an instance cannot forge turn structure; only the template's own text goes
+through `encode_template`.
 """
 
 from __future__ import annotations
@@ -232,6 +226,9 @@ def render_chat_template(
 
 
 def _chat_pieces(template: str, config: dict, path: Path) -> ChatPieces:
+    """The text around a single user message and the generation prompt with thinking off, found by
+    rendering the template (transformers' apply_chat_template semantics) on a marker message and cutting
+    at the marker."""
     specials = {}
     for key in ("bos_token", "eos_token", "pad_token", "unk_token"):
         value = config.get(key)

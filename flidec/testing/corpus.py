@@ -1,5 +1,8 @@
-"""A varied text corpus for tokenizer tests: prose, code, JSON, CJK, emoji, NFC cases, whitespace runs,
-numbers and special-token spellings. Plain data; used by tests that compare tokenizations."""
+"""A varied text corpus for tokenizer tests.
+
+CORPUS holds prose, code, JSON, CJK, emoji, NFC cases, whitespace runs, numbers and special-token spellings.
+It is plain data, used by tests that compare tokenizations.
+"""
 
 CORPUS = [
     "The quick brown fox jumps over the lazy dog. It's 5 o'clock; we'll see, they'd go, DON'T SHOUT.",

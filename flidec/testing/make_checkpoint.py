@@ -1,20 +1,9 @@
 """Test checkpoints: Qwen3.5 directories in HF format with seeded random weights and the real tokenizer.
 
-`python -m flidec.testing.make_checkpoint --size tiny|0.8B|2B|4B --out DIR [--no-weights] [--seed N]
-[--dtype bf16|fp32] [--layout causal|conditional]` writes config.json (transformers' Qwen3_5TextConfig, or
-Qwen3_5Config with a text_config for the conditional layout), model.safetensors (sharded with an index past
-2 GB), generation_config.json and the tokenizer files of flidec.testing.tokenizer. Tensor names and shapes
-come from transformers' own model built on the meta device; values are drawn per tensor from a generator
-seeded by (seed, name), so the same arguments give the same bytes. The conditional layout nests the text
-tensors under model.language_model.* and adds a small (not the real) vision tower `model.visual.*` and a few
-multi-token-prediction tensors `mtp.*`, which loaders must skip.
-
-Shapes. 0.8B: from the issue text (hidden 1024, 24 layers, FFN 3584, 8/2 heads of 256, 16 GDN heads of 128,
-tied). 4B: hidden 2560, 32 layers, 16/4 attention heads of 256, vocab 248,320, from the model card of
-kshitijthakkar/qwen3.5-moe-4.7B-d4B (a derivative that copies Qwen/Qwen3.5-4B's backbone); its FFN (9216),
-GDN heads (16 key / 32 value of 128) and tying are UNVERIFIED guesses. 2B: UNVERIFIED (hidden 2048,
-24 layers, FFN 6144, 8/2 heads, 16/16 GDN heads, tied), no source found offline. All sizes: one full
-attention layer after every three GDN layers, partial rotary 0.25, rope theta 10,000,000, vocab 248,320.
+`python -m flidec.testing.make_checkpoint --size tiny|0.8B|2B|4B --out DIR` (or `make_checkpoint`) writes
+config.json, the weights in safetensors, generation_config.json and the tokenizer files of
+flidec.testing.tokenizer. Tensor names and shapes come from transformers' own model built on the meta
+device and values are seeded per tensor by (seed, name), so the same arguments give the same bytes.
 """
 
 from __future__ import annotations
@@ -53,6 +42,10 @@ class Size:
     tied: bool = True
 
 
+# 0.8B: from the issue text. 4B: hidden, layers, attention heads and vocabulary from the model card of
+# kshitijthakkar/qwen3.5-moe-4.7B-d4B (a derivative that copies Qwen/Qwen3.5-4B's backbone); its FFN, GDN
+# heads and tying are UNVERIFIED guesses. 2B: UNVERIFIED, no source found offline. All sizes: one full
+# attention layer after every three GDN layers, partial rotary 0.25, rope theta 10,000,000, vocab 248,320.
 SIZES = {
     # tiny: fast CPU tests; value heads = 2x key heads as in the larger models, so GDN head sharing is
     # exercised; 16M of its 16.3M parameters are the (tied) embedding the real vocabulary needs.
@@ -236,6 +229,12 @@ def make_checkpoint(
     dtype: str = "bf16",
     layout: str = "causal",
 ) -> Checkpoint:
+    """Write a checkpoint directory; the keywords are the command line's --no-weights (weights=False), --seed,
+    --dtype bf16|fp32 and --layout causal|conditional. config.json is transformers' Qwen3_5TextConfig, or
+    Qwen3_5Config with a text_config for the conditional layout; model.safetensors is sharded with an index
+    past SHARD_BYTES. The conditional layout nests the text tensors under model.language_model.* and adds a
+    small (not the real) vision tower `model.visual.*` and a few multi-token-prediction tensors `mtp.*`,
+    which loaders must skip."""
     if size not in SIZES:
         raise ValueError(f"unknown size {size!r}; one of {', '.join(SIZES)}")
     if dtype not in MODEL_DTYPES:

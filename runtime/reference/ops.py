@@ -1,16 +1,12 @@
 """Plain-torch reference ops: the oracle every generated kernel is checked against.
 
-Consumes per-row activations of a packed stream ([T, ...], no batch dim) and its StreamMeta; produces per-row
-outputs whose bits do not depend on how many rows, segments or instances the stream holds nor where a row
-sits in it (E1, E3). Two rules give that on the CPU:
-- row-wise work (products, norms, narrow pointwise maths) runs on fixed [ROW_TILE, ...] tiles, because fp32
-  GEMMs and vectorised pointwise loops change a row's bits with the tensor's row count (measured), while a
-  row anywhere inside a fixed-shape tile keeps them;
-- sequence mixing (attention, Gated DeltaNet) is position-aligned: fixed-shape tiles of logical positions
-  (query tiles of QT, key tiles of KT, recurrent chunks of meta.CHUNK aligned to absolute positions), padding
-  that contributes exact zeros, so a forked stream and the plain pass of a path run the same products on the
-  same bits.
-Recurrent state, softmax and accumulation are fp32 (E4). Relies on runtime/meta.py for the stream layout.
+Consumes per-row activations of a packed stream ([T, ...], no batch dim) and its StreamMeta (runtime/meta.py);
+produces per-row outputs whose bits do not depend on how many rows, segments or instances the stream holds
+nor where a row sits in it (E1, E3): row-wise work runs on fixed [ROW_TILE, ...] tiles (`_by_row_tiles`), and
+sequence mixing (attention, Gated DeltaNet) on fixed-shape tiles of logical positions aligned to absolute
+positions (QT, KT, meta.CHUNK) with padding that contributes exact zeros, so a forked stream and the plain
+pass of a path run the same products on the same bits. Recurrent state, softmax and accumulation are fp32
+(E4).
 """
 
 from __future__ import annotations
@@ -30,7 +26,9 @@ L2_EPS = 1e-6  # Gated DeltaNet's q/k L2 norm epsilon (fla's and transformers' u
 
 def _by_row_tiles(fn: Callable[..., torch.Tensor], *xs: torch.Tensor) -> torch.Tensor:
     """Apply `fn` to [ROW_TILE, ...] tiles of the row-aligned tensors `xs`, rows back in order; the last
-    tile is zero-padded to full size, so `fn` only ever sees one shape."""
+    tile is zero-padded to full size, so `fn` only ever sees one shape. On the CPU fp32 GEMMs and vectorised
+    pointwise loops change a row's bits with the tensor's row count (measured), while a row anywhere inside a
+    fixed-shape tile keeps them."""
     rows = xs[0].shape[0]
     # Contiguous tiles: a strided view takes other vector/scalar loop paths than a dense tile (measured).
     xs = tuple(x.contiguous() for x in xs)
