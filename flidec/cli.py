@@ -217,10 +217,12 @@ def add_compile(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tree", help="compile only this tree")
     p.add_argument("--bundle-weights", action="store_true", help="copy the safetensors into the artifact")
     p.add_argument("--dump-ir", action="append", default=[], metavar="after=PASS",
-                   help="print the IR after PASS to stderr (repeatable)")
+                   help="print the IR after PASS to stderr (repeatable; a tree or graph pass, or a build "
+                   "stage: record_buckets, compile_kernels, write_artifact)")
     p.add_argument("--disable-pass", action="append", default=[], metavar="PASS",
                    help="skip PASS (repeatable; only passes that keep their IR level, e.g. dedup_prefixes)")
-    p.add_argument("--time-passes", action="store_true", help="print each pass's time to stderr")
+    p.add_argument("--time-passes", action="store_true", help="print each pass's and build stage's time to "
+                   "stderr")
     p.add_argument("--kernel-cache", metavar="DIR", help="reuse compiled kernels from DIR (and add to it)")
     p.set_defaults(run=run_compile)
 

@@ -1,14 +1,13 @@
 """`flidec compile`: spec + model -> artifact, ahead of time, on a machine without a GPU.
 
-Consumes a .flide spec, a model directory and a target; produces the artifact directory (codegen/artifact.py,
-docs/ARTIFACT.md). The pipeline, top to bottom: the tree passes (passes/pipeline.TREE_PIPELINE) give the
-program IR, a bucket ladder per tree; for a GPU target the model is traced (shapes only: no weights are
-loaded), the graph passes (GRAPH_PIPELINE) lower it once, each bucket's launches are recorded, and every
-distinct kernel is compiled for the target with codegen/aot (Triton's compiler, not its cache;
-TRITON_INTERPRET must be unset). A `cpu` artifact holds the tree and program IR and the model reference the
-reference executor runs. `kernel_cache` keeps compiled kernels between compiles, keyed by spec and source.
-The artifact is written into a hidden directory beside OUT and renamed to OUT when complete: a killed
-compile leaves no OUT for `flidec run` to mistake for an artifact.
+Consumes a .flide spec, a model directory and a target; produces the artifact directory (docs/ARTIFACT.md).
+Three pipelines of passes/pipeline.py, each run by the pass manager with one CompileContext: the tree
+passes give the program IR; for a GPU target the model is traced (shapes only: no weights are loaded) and
+the graph passes lower it once; the build stages record each bucket, compile every distinct kernel (or take
+it from `kernel_cache`) and write the artifact (a `cpu` one holds the tree and program IR and the model
+reference the reference executor runs). Errors name the failing pass and every pass before it, and
+`--time-passes` prints one table of all three. The artifact is written into a hidden directory beside OUT
+and renamed to OUT when complete: a killed compile leaves no OUT for `flidec run` to mistake for one.
 """
 
 from __future__ import annotations
@@ -21,14 +20,12 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import torch
 import torch.fx
 
-from flidec.codegen import aot
-from flidec.codegen.artifact import ArtifactInputs, write_artifact
-from flidec.codegen.recording import JIT_KERNELS, KernelSpec, Recording, record
+from flidec.codegen import compile_kernels, record_buckets, write_artifact  # noqa: F401 (registers them)
 from flidec.formats import make_format
 from flidec.frontend import load_spec
 from flidec.ir.errors import FlideError
@@ -36,11 +33,13 @@ from flidec.ir.tree import Spec
 from flidec.models.config import TextConfig
 from flidec.models.tokenizer import load_tokenizer
 from flidec.models.weights import resolve_model
-from flidec.passes.manager import PASSES, Options, run
-from flidec.passes.pipeline import GRAPH_PIPELINE, TREE_PIPELINE, CompileContext
+from flidec.passes.context import CompileContext
+from flidec.passes.manager import PASSES, Options, Timing, render_timings, run
+from flidec.passes.pipeline import BUILD_PIPELINE, GRAPH_PIPELINE, TREE_PIPELINE
 from flidec.run import staging_dir
-from flidec.runtime.launch import CompiledKernel, read_kernel
 from flidec.runtime.reference.qwen3_5 import Qwen35
+
+PIPELINES = TREE_PIPELINE + GRAPH_PIPELINE + BUILD_PIPELINE
 
 TARGETS = ("sm_90", "cpu")
 GPU_DTYPE = torch.bfloat16
@@ -65,10 +64,10 @@ def compile_artifact(spec_path: str | Path, model: str | Path, target: str, out:
         raise FlideError(f"unknown target {target!r} (supported: {', '.join(TARGETS)})")
     dump, skip = set(dump_after), set(disabled)
     for flag, names in (("--dump-ir after=", dump), ("--disable-pass ", skip)):
-        unknown = names - set(TREE_PIPELINE) - set(GRAPH_PIPELINE)
+        unknown = names - set(PIPELINES)
         if unknown:
             raise FlideError(f"{flag}{', '.join(sorted(unknown))}: no such pass (the passes: "
-                             f"{', '.join(TREE_PIPELINE + GRAPH_PIPELINE)})")
+                             f"{', '.join(PIPELINES)})")
     for name in sorted(skip):
         if PASSES[name].level_in != PASSES[name].level_out:
             raise FlideError(f"--disable-pass {name}: it turns {PASSES[name].level_in} IR into "
@@ -112,34 +111,29 @@ def _compile_into(out: Path, spec_path: str | Path, model: str | Path, target: s
     spec, source = load_spec(spec_path)
     spec = _only(spec, tree)
     model_dir = resolve_model(str(model))
-    fmt = make_format(spec.format, load_tokenizer(model_dir))
+    ctx = CompileContext(fmt=make_format(spec.format, load_tokenizer(model_dir)), target=target,
+                         kernel_cache=kernel_cache, spec=spec, spec_source=source.encode(),
+                         model_dir=model_dir, bundle_weights=bundle_weights, out=out)
+    to = log or sys.stderr  # sys.stderr as it is now (a test may have replaced it)
+    timings: list[Timing] = []
 
-    def options(names: Sequence[str]) -> Options:
-        return Options(dump_after=frozenset(dump & set(names)), disabled=frozenset(skip & set(names)),
-                       time_passes=time_passes, dump_to=log or sys.stderr)  # read per call
+    def run_pipeline(ir: Any, names: Sequence[str], ctx: CompileContext, level: str) -> Any:
+        """Run one pipeline after those before it: its failures name them, its timings join one table."""
+        options = Options(dump_after=frozenset(dump & set(names)), disabled=frozenset(skip & set(names)),
+                          dump_to=to)
+        result = run(ir, names, ctx, level=level, options=options, before=[t.name for t in timings])
+        timings.extend(result.timings)
+        return result.ir
 
-    program = run(spec, TREE_PIPELINE, CompileContext(fmt=fmt), level="tree",
-                  options=options(TREE_PIPELINE)).ir
-    recordings: dict[tuple[str, str], Recording] = {}
-    kernels: dict[str, CompiledKernel] = {}
-    compiled = 0
+    program = run_pipeline(spec, TREE_PIPELINE, ctx, "tree")
     if target != "cpu":
         traced = torch.fx.symbolic_trace(Qwen35(TextConfig.from_dir(model_dir), GPU_DTYPE))
-        lowered = run(traced, GRAPH_PIPELINE, options=options(GRAPH_PIPELINE)).ir
-        for t in program.trees:
-            for plan in t.buckets:
-                rec = record(lowered, plan.bucket)
-                if rec.missing:  # an op of a model graph no emitter knows: the runtime could not run it
-                    raise FlideError(f"tree {t.name}, bucket {plan.bucket.name}: no kernel for "
-                                     f"{', '.join(rec.missing)}")
-                recordings[t.name, plan.bucket.name] = rec
-        specs = {k.key: k for rec in recordings.values() for k in rec.kernels}
-        for key in sorted(specs):
-            kernels[key], fresh = _compile(specs[key], target, kernel_cache)
-            compiled += fresh
-    write_artifact(ArtifactInputs(spec, source.encode(), program, model_dir, target, recordings, kernels,
-                                  bundle_weights), out)
-    return CompileReport(out, 0.0, len(kernels), compiled, sum(len(t.buckets) for t in program.trees), 0)
+        ctx = dataclasses.replace(ctx, graph=run_pipeline(traced, GRAPH_PIPELINE, ctx, "fx"))
+    written = run_pipeline(program, BUILD_PIPELINE, ctx, "program")  # a codegen/levels.Artifact
+    if time_passes:
+        to.write(render_timings(timings))
+    return CompileReport(out, 0.0, len(written.manifest["kernels"]), written.compiled,
+                         sum(len(t.buckets) for t in program.trees), 0)
 
 
 def _only(spec: Spec, tree: str | None) -> Spec:
@@ -149,19 +143,3 @@ def _only(spec: Spec, tree: str | None) -> Spec:
     if not chosen:
         raise FlideError(f"the spec has no tree `{tree}` (it has {', '.join(t.name for t in spec.trees)})")
     return dataclasses.replace(spec, trees=chosen)
-
-
-def _compile(spec: KernelSpec, target: str, cache: Path | None) -> tuple[CompiledKernel, bool]:
-    """The compiled kernel of `spec`, from the cache when it holds it (cache entries:
-    `<target>-<key>-<source>` -> the record's digest, `source` Triton's hash of the kernel's source and its
-    callees')."""
-    fn = JIT_KERNELS[spec.name]
-    entry = cache / f"{target}-{spec.key}-{fn.cache_key[:16]}" if cache is not None else None
-    if entry is not None and entry.exists():
-        return read_kernel(cache, entry.read_text().strip()), False
-    kernel = aot.compile_kernel(fn, dict(spec.signature), dict(spec.constexprs), target=target,
-                                num_warps=spec.num_warps, num_stages=spec.num_stages)
-    if entry is not None:
-        digest = aot.write_kernel(kernel, cache)
-        entry.write_text(digest + "\n")
-    return kernel, True

@@ -13,11 +13,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 from flidec.ir.template import Child, Const, Repeat, SegmentTemplate, Templates
+from flidec.passes.context import CompileContext
 from flidec.passes.manager import register
 
 
 @register("dedup_prefixes", level_in="template", level_out="template")
-def dedup_prefixes(ts: Templates, ctx: object) -> Templates:
+def dedup_prefixes(ts: Templates, ctx: CompileContext) -> Templates:
     return Templates(tuple(replace(t, root=_segment(t.root)) for t in ts.trees))
 
 

@@ -26,6 +26,7 @@ from flidec.ir.template import (
     TreeTemplate,
 )
 from flidec.ir.tree import Ask, Bound, Fork, Node, Spec, Text, Tree
+from flidec.passes.context import CompileContext
 from flidec.passes.manager import register
 from flidec.runtime.next_token import REPLY, SEP, NextTokenFormat
 
@@ -33,8 +34,8 @@ JOIN = 1  # tokens one junction between two separately counted texts may add (se
 
 
 @register("fold_prompt_text", level_in="tree", level_out="template")
-def fold_prompt_text(spec: Spec, ctx: object) -> Templates:
-    fmt = getattr(ctx, "fmt", None)
+def fold_prompt_text(spec: Spec, ctx: CompileContext) -> Templates:
+    fmt = ctx.fmt
     if fmt is None:
         raise ValueError("fold_prompt_text needs the context's format (a tokenizer): ctx.fmt is None")
     return Templates(tuple(fold_tree(tree, fmt) for tree in spec.trees))

@@ -14,13 +14,14 @@ import torch
 import torch.fx
 
 from flidec.ir.errors import FlideError
+from flidec.passes.context import CompileContext
 from flidec.passes.graph import copy_module, finish, is_lowered, op_name
 from flidec.passes.manager import register
 from flidec.runtime.reference.op_table import fork_gdn_normed
 
 
 @register("fuse_gdn_norm", level_in="fx", level_out="fx")
-def fuse_gdn_norm(gm: torch.fx.GraphModule, ctx: object = None) -> torch.fx.GraphModule:
+def fuse_gdn_norm(gm: torch.fx.GraphModule, ctx: CompileContext | None = None) -> torch.fx.GraphModule:
     if not is_lowered(gm):
         raise FlideError("fuse_gdn_norm needs a lowered graph (run lower_forks first)")
     gm = copy_module(gm)

@@ -16,6 +16,7 @@ import torch
 import torch.fx
 
 from flidec.ir.errors import FlideError
+from flidec.passes.context import CompileContext
 from flidec.passes.graph import copy_module, finish, is_lowered, op_name
 from flidec.passes.manager import register
 from flidec.runtime.reference.op_table import (
@@ -120,7 +121,7 @@ RULES = (_fuse_silu_mul, _fuse_gate, _fuse_norm_f32, _fuse_add_norm, _fuse_gdn_g
 
 
 @register("fuse_pointwise", level_in="fx", level_out="fx")
-def fuse_pointwise(gm: torch.fx.GraphModule, ctx: object = None) -> torch.fx.GraphModule:
+def fuse_pointwise(gm: torch.fx.GraphModule, ctx: CompileContext | None = None) -> torch.fx.GraphModule:
     if not is_lowered(gm):
         raise FlideError("fuse_pointwise needs a lowered graph (run lower_forks first)")
     gm = copy_module(gm)

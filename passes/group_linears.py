@@ -16,6 +16,7 @@ import torch
 import torch.fx
 
 from flidec.ir.errors import FlideError
+from flidec.passes.context import CompileContext
 from flidec.passes.graph import copy_module, finish, is_lowered, op_name
 from flidec.passes.manager import register
 from flidec.runtime.reference.op_table import linear_group, linear_silu_mul
@@ -24,7 +25,7 @@ MAX_GROUP = 4  # the members codegen/gemm.gemm_group_kernel takes
 
 
 @register("group_linears", level_in="fx", level_out="fx")
-def group_linears(gm: torch.fx.GraphModule, ctx: object = None) -> torch.fx.GraphModule:
+def group_linears(gm: torch.fx.GraphModule, ctx: CompileContext | None = None) -> torch.fx.GraphModule:
     """First `_fuse_silu_mul` everywhere, then every other set of two or more `linear(x, W)` nodes with the
     same x (a node) and parameter weights of one dtype and inner size -> in graph order, at most MAX_GROUP at
     a time, `linear_group(x, (W0, W1, ...))` and a `getitem` per member, each member keeping its own output

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch.fx
 
 from flidec.ir.errors import FlideError
+from flidec.passes.context import CompileContext
 from flidec.passes.graph import copy_module, finish, op_name
 from flidec.passes.manager import register
 from flidec.runtime.reference.op_table import gather_rows
@@ -19,7 +20,7 @@ from flidec.runtime.reference.op_table import label_head as label_head_op
 
 
 @register("label_head", level_in="fx", level_out="fx")
-def label_head(gm: torch.fx.GraphModule, ctx: object = None) -> torch.fx.GraphModule:
+def label_head(gm: torch.fx.GraphModule, ctx: CompileContext | None = None) -> torch.fx.GraphModule:
     gm = copy_module(gm)
     heads = [n for n in gm.graph.nodes if op_name(n) == "label_logits"]
     if len(heads) != 1:

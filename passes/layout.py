@@ -13,11 +13,12 @@ from dataclasses import replace
 
 from flidec.ir.program import Layout, ProgramIR
 from flidec.ir.template import TreeTemplate, level_rows, segments_preorder
+from flidec.passes.context import CompileContext
 from flidec.passes.manager import register
 
 
 @register("layout", level_in="program", level_out="program")
-def layout(program: ProgramIR, ctx: object) -> ProgramIR:
+def layout(program: ProgramIR, ctx: CompileContext) -> ProgramIR:
     trees = []
     for t in program.trees:
         order, worst = stream_order(t.template), level_rows(t.template)

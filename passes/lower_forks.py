@@ -16,6 +16,7 @@ import operator
 import torch.fx
 
 from flidec.ir.errors import FlideError
+from flidec.passes.context import CompileContext
 from flidec.passes.graph import copy_module, finish, op_name, placeholder
 from flidec.passes.manager import register
 from flidec.runtime.reference.op_table import fork_attention_static, fork_conv_static, fork_gdn_static
@@ -30,7 +31,7 @@ LOWERED = {
 
 
 @register("lower_forks", level_in="fx", level_out="fx")
-def lower_forks(gm: torch.fx.GraphModule, ctx: object = None) -> torch.fx.GraphModule:
+def lower_forks(gm: torch.fx.GraphModule, ctx: CompileContext | None = None) -> torch.fx.GraphModule:
     gm = copy_module(gm)
     g = gm.graph
     meta, tokens = placeholder(gm, "meta"), placeholder(gm, "tokens")

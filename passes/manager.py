@@ -1,11 +1,12 @@
 """The pass manager: a registry of named passes between named IR levels, and the one loop that runs them.
 
-Consumes an IR value, a list of pass names (a pipeline) and a context (whatever the passes need that is not
-IR: the format, the tokenizer, a profile, the model); produces the last pass's IR. Around every pass it runs
-the verifier of the pass's output level, times the pass, prints the IR after the passes named in
-`dump_after`, and skips the passes named in `disabled`; a pass that raises, or whose output its level's
-verifier rejects, fails with "in pass X (after A, B): ...". The manager knows nothing about any one level:
-tree passes and model-graph (torch.fx) passes register here the same way.
+Consumes an IR value, a list of pass names (a pipeline) and a context (passes/context.CompileContext in a
+compile); produces the last pass's IR. Around every pass it runs the verifier of the pass's output level,
+times the pass, prints the IR after the passes named in `dump_after`, and skips the passes named in
+`disabled`; a pass that raises, or whose output its level's verifier rejects, fails with "in pass X (after
+A, B): ...", A, B being every pass run before it (`before` names those of earlier pipelines). The manager
+knows no level: tree passes, torch.fx passes and the build stages (record_buckets .. write_artifact)
+register the same way, so a stage fails with that one wording too.
 
 How to add a level and a pass (a pass is a pure function `(ir, ctx) -> ir` in its own file, named by its
 verb; `ctx` is read, never written):
@@ -15,7 +16,7 @@ verb; `ctx` is read, never written):
     register_level("fx", verify=lambda gm: [str(e) for e in _lint(gm)], render=lambda gm: gm.code)
 
     @register("trim_reads", level_in="fx", level_out="fx")
-    def trim_reads(gm: GraphModule, ctx: CompileContext) -> GraphModule:
+    def trim_reads(gm: GraphModule, ctx: CompileContext | None = None) -> GraphModule:
         ...
 
 A level's `verify` returns a list of problems (empty when the IR is well formed; anything with a str());
@@ -135,8 +136,9 @@ def check_pipeline(names: Iterable[str], level: str, disabled: frozenset[str] = 
 
 
 def run(ir: Any, names: Sequence[str], ctx: Any = None, level: str | None = None,
-        options: Options = Options()) -> Result:
-    """Run the passes `names` in order on `ir` (of `level`, default: the first pass's input level)."""
+        options: Options = Options(), before: Sequence[str] = ()) -> Result:
+    """Run the passes `names` in order on `ir` (of `level`, default: the first pass's input level).
+    `before`: the passes earlier pipelines of the same compile ran, named in a failure's "(after ...)"."""
     if not names:
         raise ValueError("an empty pipeline")
     if level is None:
@@ -146,8 +148,8 @@ def run(ir: Any, names: Sequence[str], ctx: Any = None, level: str | None = None
         raise ValueError(f"no pass named {', '.join(sorted(unknown))} in this pipeline: {', '.join(names)}")
     check_pipeline(names, level, options.disabled)
     if options.verify:
-        _verify(ir, level, names[0], (), "its input")
-    done: list[str] = []
+        _verify(ir, level, names[0], before, "its input")
+    done: list[str] = list(before)
     timings: list[Timing] = []
     dumps: list[tuple[str, str]] = []
     for name in names:

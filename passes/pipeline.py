@@ -1,18 +1,14 @@
-"""The compile pipeline, as literal lists of pass names, and the context its passes read.
+"""The compile pipeline, as literal lists of pass names, in the order flidec/compile.py runs them.
 
-Consumes a verified Spec and a CompileContext; `compile_tree_passes` runs TREE_PIPELINE through the pass
-manager and returns the program IR (ir/program.ProgramIR). GRAPH_PIPELINE lowers the traced model graph
-(torch.fx) once for every bucket. Importing this module registers every pass either list names.
+TREE_PIPELINE turns a Spec into the program IR (ir/program.ProgramIR); GRAPH_PIPELINE lowers the traced
+model graph (torch.fx) once for every bucket (GPU targets only); BUILD_PIPELINE's stages take the program
+IR, with the lowered graph from the context (passes/context.py), to recordings, compiled kernels and the
+written artifact. Importing this module registers the tree and graph passes; the build stages register
+from codegen/ (they import Triton, which passes/ never does) when flidec/compile.py imports them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-
-from flidec.ir.program import ProgramIR
-from flidec.ir.template import Sizes
-from flidec.ir.tree import Spec
 from flidec.passes import (  # noqa: F401 (registers them)
     bucket_topologies,
     dedup_prefixes,
@@ -27,8 +23,6 @@ from flidec.passes import (  # noqa: F401 (registers them)
     trim_reads,
     verify,
 )
-from flidec.passes.manager import Options, run
-from flidec.runtime.next_token import NextTokenFormat
 
 TREE_PIPELINE = (
     "verify",  # tree -> tree: the spec verifier, then the format's label check
@@ -45,18 +39,8 @@ GRAPH_PIPELINE = (
     "group_linears",  # fx -> fx: projections of one input in one launch
     "fuse_gdn_norm",  # fx -> fx: the Gated DeltaNet's gated RMS norm in its output kernel
 )
-
-
-@dataclass(frozen=True)
-class CompileContext:
-    """What the tree passes read besides the IR: the format (with the model's tokenizer), a profile of
-    instance sizes per tree name, the stated worst-case padding and the largest bucket without hints."""
-
-    fmt: NextTokenFormat | None = None
-    profile: Mapping[str, Sequence[Sizes]] = field(default_factory=dict)
-    padding: float = bucket_topologies.PADDING
-    max_rows: int = bucket_topologies.MAX_ROWS
-
-
-def compile_tree_passes(spec: Spec, ctx: CompileContext, options: Options | None = None) -> ProgramIR:
-    return run(spec, TREE_PIPELINE, ctx, level="tree", options=options or Options()).ir
+BUILD_PIPELINE = (
+    "record_buckets",  # program -> recordings: each bucket's launches of the lowered graph (none for cpu)
+    "compile_kernels",  # recordings -> kernels: every distinct kernel compiled for the target, or cached
+    "write_artifact",  # kernels -> artifact: the artifact directory and its manifest
+)

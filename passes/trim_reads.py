@@ -15,6 +15,7 @@ import re
 import torch.fx
 
 from flidec.ir.errors import FlideError
+from flidec.passes.context import CompileContext
 from flidec.passes.graph import copy_module, finish, op_name
 from flidec.passes.manager import register
 from flidec.runtime.reference.op_table import gather_rows
@@ -23,7 +24,7 @@ _POST_NORM = re.compile(r"layers\.(\d+)\.post_attention_layernorm\.weight")
 
 
 @register("trim_reads", level_in="fx", level_out="fx")
-def trim_reads(gm: torch.fx.GraphModule, ctx: object = None) -> torch.fx.GraphModule:
+def trim_reads(gm: torch.fx.GraphModule, ctx: CompileContext | None = None) -> torch.fx.GraphModule:
     gm = copy_module(gm)
     g = gm.graph
     heads = [n for n in g.nodes if op_name(n) == "label_head"]

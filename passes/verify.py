@@ -10,14 +10,14 @@ from __future__ import annotations
 from flidec.ir.tree import Spec
 from flidec.ir.verify import check
 from flidec.passes import levels  # noqa: F401  (registers the tree level this pass reads and writes)
+from flidec.passes.context import CompileContext
 from flidec.passes.manager import register
 
 
 @register("verify", level_in="tree", level_out="tree")
-def verify(spec: Spec, ctx: object) -> Spec:
+def verify(spec: Spec, ctx: CompileContext) -> Spec:
     check(spec)
-    fmt = getattr(ctx, "fmt", None)
-    if fmt is not None:
+    if ctx.fmt is not None:
         for tree in spec.trees:
-            fmt.check_tree(tree)
+            ctx.fmt.check_tree(tree)
     return spec

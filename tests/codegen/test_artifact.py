@@ -129,7 +129,9 @@ def test_sm90_compile_refuses_an_op_without_kernel(tiny_checkpoint, tmp_path, ca
     assert main(["compile", str(EXAMPLES / "classifier.flide"), "--model", str(tiny_checkpoint), "--target",
                  "sm_90", "-o", str(tmp_path / "out")]) == 1
     err = capsys.readouterr().err
-    assert err == "flidec: error: tree ticket, bucket r256: no kernel for fork_gdn_normed\n"
+    assert err == ("flidec: error: in pass record_buckets (after verify, fold_prompt_text, dedup_prefixes, "
+                   "bucket_topologies, layout, label_head, lower_forks, trim_reads, fuse_pointwise, "
+                   "group_linears, fuse_gdn_norm): tree ticket, bucket r256: no kernel for fork_gdn_normed\n")
 
 
 @pytest.fixture

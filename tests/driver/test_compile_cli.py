@@ -1,4 +1,5 @@
-"""`flidec compile` options that steer the pass manager: --disable-pass and --dump-ir."""
+"""`flidec compile` options that steer the pass manager (--disable-pass, --dump-ir, --time-passes), over the
+tree passes and the build stages alike, and a build stage's failure named with every pass before it."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import json
 from pathlib import Path
 
 from flidec.cli import main
+from flidec.models import DEMO_MODEL
+from flidec.passes.pipeline import BUILD_PIPELINE, TREE_PIPELINE
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -44,6 +47,41 @@ def test_pass_flags_are_checked(tmp_path, tiny_checkpoint, capsys):
     assert "turns tree IR into template IR" in capsys.readouterr().err
 
 
+def compile_demo(out: Path, *extra: str) -> int:
+    return main(["compile", str(EXAMPLES / "demo.flide"), "--model", str(DEMO_MODEL), "--target", "cpu",
+                 "-o", str(out), *extra])
+
+
+def test_time_passes_and_dump_ir_cover_the_build_stages(tmp_path, capsys):
+    assert compile_demo(tmp_path / "a", "--time-passes", "--dump-ir", "after=record_buckets",
+                        "--dump-ir", "after=write_artifact") == 0
+    err = capsys.readouterr().err
+    dumps, table = err.split("\npass ")
+    assert dumps.startswith("// IR after record_buckets (recordings IR)\nno recordings (the target's "
+                            "artifact runs on the reference executor)\n\n// IR after write_artifact "
+                            "(artifact IR)\nartifact format=4 target=cpu complete=True weights=referenced\n")
+    assert f"  file program.txt sha256={sha256_of(tmp_path / 'a' / 'program.txt')}\n" in dumps
+    rows = table.splitlines()[1:]  # one table for the whole compile, after its header
+    assert [r.split()[0] for r in rows] == [*TREE_PIPELINE, *BUILD_PIPELINE]
+
+
+def sha256_of(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+
+
+def test_a_stage_failure_names_the_stage_and_the_passes_run_before_it(tmp_path, monkeypatch, capsys):
+    from flidec.codegen import artifact
+
+    monkeypatch.setattr(artifact, "weight_files", lambda model: [])
+    assert compile_demo(tmp_path / "a", "--disable-pass", "dedup_prefixes") == 1
+    assert capsys.readouterr().err == (
+        "flidec: error: in pass write_artifact (after verify, fold_prompt_text, bucket_topologies, layout, "
+        f"record_buckets, compile_kernels): {DEMO_MODEL}: no safetensors weights to reference\n")
+    assert list(tmp_path.iterdir()) == []  # the staging directory went with the failure
+
+
 def test_without_model_compile_says_it_uses_the_demo_model_before_the_demo_s_limits(tmp_path, capsys):
     """systemone.flide asks for up to 255 options; the demo tokenizer has 47 single-token labels. The default
     is said first, so the error reads as the model's limit."""
@@ -66,7 +104,7 @@ def test_the_kernel_cache_compiles_a_kernel_again_when_its_source_changes(tmp_pa
     the same source is a hit, an edited body a miss, even with the same name, signature and constexprs."""
     from types import SimpleNamespace
 
-    from flidec import compile as driver
+    from flidec.codegen import compile_kernels as stage
     from flidec.codegen.recording import KernelSpec
     from flidec.runtime.launch import CompiledKernel
 
@@ -78,9 +116,9 @@ def test_the_kernel_cache_compiles_a_kernel_again_when_its_source_changes(tmp_pa
         return CompiledKernel("k", "sm_90", fn.cache_key.encode(), (("x_ptr", "*fp32"),), (), (),
                               4, 1, 0, "3.6.0")
 
-    monkeypatch.setattr(driver.aot, "compile_kernel", fake_compile)
+    monkeypatch.setattr(stage.aot, "compile_kernel", fake_compile)
     for source, fresh in (("a" * 64, True), ("a" * 64, False), ("b" * 64, True)):
-        monkeypatch.setitem(driver.JIT_KERNELS, "k", SimpleNamespace(cache_key=source))
-        kernel, was_compiled = driver._compile(spec, "sm_90", tmp_path)
+        monkeypatch.setitem(stage.JIT_KERNELS, "k", SimpleNamespace(cache_key=source))
+        kernel, was_compiled = stage.cached_kernel(spec, "sm_90", tmp_path)
         assert was_compiled == fresh and kernel.cubin == source.encode()
     assert compiled == ["a" * 64, "b" * 64]

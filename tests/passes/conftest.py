@@ -10,7 +10,7 @@ import pytest
 from flidec.formats import make_format
 from flidec.frontend import load_spec
 from flidec.frontend.parser import parse_spec
-from flidec.passes.pipeline import CompileContext
+from flidec.passes.context import CompileContext
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 GOLDEN = Path(__file__).resolve().parent / "golden"

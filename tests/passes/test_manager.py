@@ -1,5 +1,5 @@
 """The pass manager on a toy level of integers: verification around passes, dumps, timing, disabling, and
-the "in pass X (after A, B)" failure message."""
+the "in pass X (after A, B)" failure message, A, B including the passes of pipelines run before."""
 
 from __future__ import annotations
 
@@ -51,6 +51,15 @@ def test_verifier_rejection_names_the_pass_and_those_before():
         run(3, ["toy_double", "toy_add", "toy_break", "toy_double"], ctx=1)
     assert str(e.value) == ("in pass toy_break (after toy_double, toy_add): the toy IR verifier rejects its "
                             "output:\n  -1 is negative")
+
+
+def test_failure_names_the_passes_of_earlier_pipelines():
+    with pytest.raises(PassError, match=r"^in pass toy_break \(after toy_double, toy_add, toy_double\): "
+                                        r"the toy IR verifier rejects its output"):
+        run(3, ["toy_double", "toy_break"], ctx=1, before=["toy_double", "toy_add"])
+    with pytest.raises(PassError, match=r"^in pass toy_double \(after toy_add\): the toy IR verifier rejects "
+                                        r"its input"):
+        run(-3, ["toy_double"], before=["toy_add"])
 
 
 def test_exception_in_a_pass_is_wrapped():
