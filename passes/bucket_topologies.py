@@ -1,25 +1,12 @@
 """bucket_topologies: template IR -> program IR, a small ladder of buckets per tree with its padding.
 
-Consumes ir/template.Templates and, from the context, an optional profile of instance sizes per tree
-(ir/template.Sizes, or (rows, segments, depth, reads, labels) tuples), the stated worst-case padding
-(`padding`, default 0.25 of a bucket's rows) and the largest bucket built without hints (`max_rows`).
-Produces ir/program.ProgramIR: per tree its worst case within the declared bounds (exact: from the template)
-and a ladder of Buckets, rows in multiples of 64, each with the worst padding an instance landing in it
-(the smallest bucket it fits) can have.
-
-Rows: the tree's bucket hints when it has any (rounded up to 64 rows); else, with a profile, the fewest
-buckets that keep every profiled instance within the stated padding (a greedy interval cover, which is
-optimal; 64-row rounding can force more on instances under 256 rows); else a ladder from the smallest
-instance to the worst case through the row counts 2^k and 3 * 2^k (64, 128, 192, 256, 384, 512, 768, ...:
-padding under a third, where doubling pads up to a half; the row-wise kernels cost in proportion to a
-bucket's rows (the GEMMs only to the stream's: codegen/gemm.py ROWS), and kernels are shared by every
-bucket, so a finer ladder costs a recording and a CUDA graph per bucket, not kernels). Segments, reads,
-depth and labels per bucket are the most an instance of that many rows can have (segments: from the
-template's least rows per segment, `max_segments`), so rows alone decide a single instance's bucket; an
-instance with more rows than the largest bucket is split at tree boundaries by the runtime
-(TreeProgram.bucket_for returns None). Whatever the basis, the largest bucket holds the longest path one read can have within the
-bounds (ir/template.worst_path_rows; a bucket is added when the others do not), so the runtime can run
-every instance the spec accepts.
+Consumes ir/template.Templates and, from the context, an optional profile of instance sizes per tree, the
+stated worst-case padding and the largest bucket built without hints. Produces ir/program.ProgramIR: per tree
+its worst case within the declared bounds (exact: from the template) and a ladder of Buckets, rows in
+multiples of 64, each with the worst padding an instance landing in it can have. Rows come from the tree's
+hints, else a profile's interval cover, else a 2^k / 3 * 2^k ladder (`bucket_tree`); the other dimensions
+are the most an instance of that many rows can have, so rows alone decide a single instance's bucket, and
+the largest bucket always holds the longest path one read can have, so every accepted instance can run.
 """
 
 from __future__ import annotations
@@ -38,21 +25,16 @@ from flidec.ir.template import (
     worst_path_rows,
     worst_sizes,
 )
+from flidec.passes.context import CompileContext
 from flidec.passes.manager import register
-
-PADDING = 0.25
-MAX_ROWS = 65536  # the largest bucket a ladder without hints goes to; longer instances run eagerly
 
 
 @register("bucket_topologies", level_in="template", level_out="program")
-def bucket_topologies(ts: Templates, ctx: object) -> ProgramIR:
-    profiles = getattr(ctx, "profile", None) or {}
-    padding = getattr(ctx, "padding", PADDING)
-    max_rows = getattr(ctx, "max_rows", MAX_ROWS)
-    trees = tuple(bucket_tree(t, [s if isinstance(s, Sizes) else Sizes(*s) for s in profiles.get(t.tree, ())],
-                              padding, max_rows)
-                  for t in ts.trees)
-    return ProgramIR(trees, padding)
+def bucket_topologies(ts: Templates, ctx: CompileContext) -> ProgramIR:
+    profiles = {name: [s if isinstance(s, Sizes) else Sizes(*s) for s in sizes]
+                for name, sizes in ctx.profile.items()}
+    trees = tuple(bucket_tree(t, profiles.get(t.tree, []), ctx.padding, ctx.max_rows) for t in ts.trees)
+    return ProgramIR(trees, ctx.padding)
 
 
 def round_rows(n: int) -> int:
@@ -60,6 +42,17 @@ def round_rows(n: int) -> int:
 
 
 def bucket_tree(t: TreeTemplate, profile: Sequence[Sizes], padding: float, max_rows: int) -> TreeProgram:
+    """The tree's ladder. Rows: the bucket hints when it has any (rounded up to 64 rows); else, with a
+    profile, the fewest buckets that keep every profiled instance within the stated padding (a greedy
+    interval cover, which is optimal; 64-row rounding can force more under 256 rows); else a ladder from
+    the smallest instance to the worst case through 2^k and 3 * 2^k rows (padding under a third, where
+    doubling pads up to a half: the row-wise kernels cost in proportion to a bucket's rows, and every bucket
+    shares the kernels, so a finer ladder costs a recording and a CUDA graph per bucket, not kernels).
+    Whatever the basis, a bucket is added where the others stop short of the longest path one read can
+    have within the bounds (ir/template.worst_path_rows): the runtime splits an instance over the largest
+    bucket at tree boundaries (TreeProgram.bucket_for returns None), and each read's path must fit it.
+    Segments, reads, depth and labels per bucket are the most an instance of that many rows can have
+    (`max_segments`)."""
     worst = worst_sizes(t)
     least = min_rows(t)
     outside = [p for p in profile if not _within(p, worst)]

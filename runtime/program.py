@@ -29,12 +29,12 @@ from flidec.ir.serde import spec_from_json
 from flidec.ir.tree import Tree
 from flidec.models.tokenizer import load_tokenizer
 from flidec.models.weights import load_weights
-from flidec.runtime.answers import assemble
+from flidec.runtime.answers import answer_instance
 from flidec.runtime.artifact import load_manifest, weights_dir
-from flidec.runtime.binder import BoundStream, Plan, Shape, Site, bound_from_plans, merge_chains
+from flidec.runtime.binder import BoundStream, Plan, Shape, bound_from_plans, merge_chains
 from flidec.runtime.engines import Engine, GraphEngine, Pending, ReferenceEngine
 from flidec.runtime.launch import Launcher, read_kernel
-from flidec.runtime.meta import Stream, build_meta
+from flidec.runtime.meta import Stream
 from flidec.runtime.next_token import NextTokenFormat
 from flidec.runtime.packing import Piece, pack_streams
 from flidec.runtime.recording import MODEL_DTYPES as DTYPES
@@ -110,11 +110,8 @@ class Program:
         answered, errors = self._run_all(instances, t)
         out: list[dict | None] = [None] * len(instances)
         for i, a in answered.items():
-            sites = tuple(Site(0, path, piece) for _, piece, path in a.plan.reads)
-            # assemble reads only the sites, shapes, format, wire and input tokens of a BoundStream
-            bound = BoundStream(_NO_STREAM, sites, (a.shape,), {}, self.fmt, t.tree.wire, 0,
-                                (a.input_tokens,))
-            out[i] = assemble(bound, _stacked(a), served_name=self.served_name)[0]
+            out[i] = answer_instance(a.shape, [piece for _, piece, _ in a.plan.reads], _stacked(a), self.fmt,
+                                     t.tree.wire, a.input_tokens, self.served_name)
         for i, e in errors.items():
             out[i] = error_record(e)
         return out  # type: ignore[return-value]
@@ -205,7 +202,6 @@ class Program:
                 yield Piece(i, p, sizes if p is plan else plan_sizes(p), reads)
 
 
-_NO_STREAM = Stream(torch.zeros(0, dtype=torch.int64), build_meta((), (), 0))
 
 
 def _gather(group: list[Piece], bound: BoundStream, pending: Pending, answered: dict[int, _Answered]) -> None:
