@@ -1,17 +1,12 @@
 """Recordings: a bucket's launch sequence, planned once at compile time, replayed with no tracing or tuning.
 
 Consumes the lowered, fused model graph (passes lower_forks .. fuse_pointwise) and a Bucket; produces a
-Recording (runtime/recording.py: the format, written through its writer): the buffers (weights by name;
-constant tables with their values; the static meta buffers, derived kernel tables and activations in one
-arena at byte offsets, reused once dead), and the steps in order, each a kernel (its spec: name,
-signature, constexprs, warps) with its grid and arguments (buffer + element offset + shape/strides for
-tensors, typed values for scalars). Shapes come from running the graph on meta-device tensors (views keep
-their base and offset: a view is an argument, never a copy).
-Every op the recorder meets has an emitter registered against its op table entry (register_emitter), found
-by the node's target; the forked Gated DeltaNet takes one launch per tree level on int32 work-item tables
-and an fp32 state-slot scratch buffer. A step whose op has no emitter is recorded as missing (op name and
-operands): `flidec compile` refuses such a recording and `play` stops at it. `play` runs a recording eagerly
-on a bound stream (interpreter on the CPU), its meta buffers filled by runtime/tables.py's rules.
+Recording (runtime/recording.py: the format and its writer): the buffers (weights by name, constant tables
+with their values, and one arena at byte offsets for the meta buffers, derived tables and activations, reused
+once dead) and the steps in order, each a kernel with its grid and arguments. Shapes come from running the
+graph on meta-device tensors (a view is an argument, never a copy). Each op has an emitter registered against
+its op table entry; a step with none is recorded as missing, which `flidec compile` refuses. `play` runs a
+recording eagerly on a bound stream (the interpreter on the CPU), its meta filled by runtime/tables.py.
 """
 
 from __future__ import annotations

@@ -1,26 +1,11 @@
 """The pass manager: a registry of named passes between named IR levels, and the one loop that runs them.
 
-Consumes an IR value, a list of pass names (a pipeline) and a context (passes/context.CompileContext in a
-compile); produces the last pass's IR. Around every pass it runs the verifier of the pass's output level,
-times the pass, prints the IR after the passes named in `dump_after`, and skips the passes named in
-`disabled`; a pass that raises, or whose output its level's verifier rejects, fails with "in pass X (after
-A, B): ...", A, B being every pass run before it (`before` names those of earlier pipelines). The manager
-knows no level: tree passes, torch.fx passes and the build stages (record_buckets .. write_artifact)
-register the same way, so a stage fails with that one wording too.
-
-How to add a level and a pass (a pass is a pure function `(ir, ctx) -> ir` in its own file, named by its
-verb; `ctx` is read, never written):
-
-    from flidec.passes.manager import register, register_level
-
-    register_level("fx", verify=lambda gm: [str(e) for e in _lint(gm)], render=lambda gm: gm.code)
-
-    @register("trim_reads", level_in="fx", level_out="fx")
-    def trim_reads(gm: GraphModule, ctx: CompileContext | None = None) -> GraphModule:
-        ...
-
-A level's `verify` returns a list of problems (empty when the IR is well formed; anything with a str());
-its `render` gives the deterministic `--dump-ir` text. Then run a pipeline: `run(ir, ["trim_reads"], ctx)`.
+Consumes an IR value, a pipeline (pass names) and a context (passes/context.CompileContext in a compile);
+produces the last pass's IR. Around every pass it runs the verifier of the pass's output level, times the
+pass, prints the IR after the passes named in `dump_after` and skips those in `disabled`; a pass that raises,
+or whose output its level's verifier rejects, fails with "in pass X (after A, B): ...", A, B being every
+pass run before it (`before` names those of earlier pipelines). The manager knows no level: tree passes,
+torch.fx passes and the build stages (record_buckets .. write_artifact) register the same way (`register`).
 """
 
 from __future__ import annotations
@@ -108,7 +93,16 @@ PassFn = Callable[[Any, Any], Any]
 
 
 def register(name: str, level_in: str, level_out: str) -> Callable[[PassFn], PassFn]:
-    """Decorator: register `fn(ir, ctx) -> ir` as the pass `name` from `level_in` to `level_out`."""
+    """Decorator: register `fn(ir, ctx) -> ir` as the pass `name` from `level_in` to `level_out`. A pass is a
+    pure function in its own file, named by its verb; `ctx` is read, never written. A level comes first:
+
+        register_level("fx", verify=lambda gm: [str(e) for e in _lint(gm)], render=lambda gm: gm.code)
+
+        @register("trim_reads", level_in="fx", level_out="fx")
+        def trim_reads(gm: GraphModule, ctx: CompileContext | None = None) -> GraphModule: ...
+
+    A level's `verify` returns its problems (empty when the IR is well formed; anything with a str()); its
+    `render` gives the deterministic `--dump-ir` text. Then run a pipeline: `run(ir, ["trim_reads"], ctx)`."""
 
     def add(fn: PassFn) -> PassFn:
         if name in PASSES:
