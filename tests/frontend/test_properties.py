@@ -1,10 +1,12 @@
-"""Property tests: any input either parses or raises FlideError, quickly; generated specs round-trip
+"""Property tests: any input either parses or raises FlideError, quickly (mutated examples: a few hundred in
+CI, a few thousand under `-m slow`); generated specs round-trip
 through the printer and through JSON; formatting keeps the IR and is idempotent."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -61,15 +63,26 @@ PIECES = ["{", "}", "[", "]", "..", ":", "|", ",", '"', "\\", "//", "/*", "*/", 
           "resumable", "0", "99999999999", "é", "\\u{"]
 
 
-@FAST
-@given(st.sampled_from(EXAMPLES), st.data())
-def test_mutated_examples(source, data):
+def mutate(source: str, data) -> str:
     for _ in range(data.draw(st.integers(1, 4))):
         i = data.draw(st.integers(0, len(source)))
         j = data.draw(st.integers(i, min(len(source), i + 12)))
         insert = data.draw(st.sampled_from(["", *PIECES]) | st.text(max_size=3))
         source = source[:i] + insert + source[j:]
-    parse_or_flide_error(source)
+    return source
+
+
+@FAST
+@given(st.sampled_from(EXAMPLES), st.data())
+def test_mutated_examples(source, data):
+    parse_or_flide_error(mutate(source, data))
+
+
+@pytest.mark.slow
+@settings(max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(EXAMPLES), st.data())
+def test_mutated_examples_many(source, data):
+    parse_or_flide_error(mutate(source, data))
 
 
 # ---- generated specs ------------------------------------------------------------------------------------
