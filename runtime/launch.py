@@ -199,8 +199,7 @@ class CudaLauncher:
         from cuda.core import launch as cuda_launch
 
         raw = self._torch.cuda.current_stream().cuda_stream  # inside graph capture: the capture stream
-        # the cuda.core Stream wrapper is cached per handle: wrapping on every launch is a host cost worth
-        # saving (measured on the H200, BENCHMARKS.md)
+        # the cuda.core Stream wrapper is cached per handle: wrapping it on every launch costs host time
         stream = self._streams.get(raw)
         if stream is None:
             stream = self._streams[raw] = Stream.from_handle(raw)
