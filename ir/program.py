@@ -67,6 +67,10 @@ class TreeProgram:
     def name(self) -> str:
         return self.template.tree
 
+    @property
+    def largest(self) -> Bucket:
+        return self.buckets[-1].bucket
+
     def bucket_for(self, need: Sizes) -> Bucket | None:
         """The smallest bucket `need` fits, or None: the eager/split path."""
         for plan in self.buckets:

@@ -13,15 +13,11 @@ from dataclasses import dataclass
 from fractions import Fraction
 from functools import reduce
 from itertools import accumulate, chain
-from typing import TYPE_CHECKING
 
-from flidec.ir.program import Bucket
+from flidec.ir.program import Bucket, TreeProgram
 from flidec.ir.template import Sizes
 from flidec.runtime.binder import Plan
 from flidec.runtime.split import combine, fits
-
-if TYPE_CHECKING:
-    from flidec.runtime.program import TreeRuntime
 
 FIXED_ROWS = 1024
 
@@ -36,7 +32,7 @@ class Piece:
     reads: tuple[int, ...]  # the instance's read index of each of the plan's reads, in order
 
 
-def pack_streams(pieces: Iterable[Piece], t: TreeRuntime) -> Iterator[tuple[list[Piece], Bucket | None]]:
+def pack_streams(pieces: Iterable[Piece], ladder: TreeProgram) -> Iterator[tuple[list[Piece], Bucket | None]]:
     """The pieces in streams, in order, each stream in the smallest bucket that holds it. Consecutive pieces
     are gathered while together they fit the largest bucket; once the next one would not (or none is left),
     a stream takes the prefix of the gathered pieces that costs least per used row, (its bucket's rows +
@@ -46,11 +42,11 @@ def pack_streams(pieces: Iterable[Piece], t: TreeRuntime) -> Iterator[tuple[list
     Only the gathered pieces are held, so each piece is planned just before the stream that needs it."""
     group: list[Piece] = []
     for p in chain(pieces, [None]):  # None: the end, which sends whatever is gathered
-        while group and (p is None or not fits(need([*group, p]), t.largest)):
-            k, bucket = cheapest_prefix(group, t)
+        while group and (p is None or not fits(need([*group, p]), ladder.largest)):
+            k, bucket = cheapest_prefix(group, ladder)
             yield group[:k], bucket
             group = group[k:]
-        if p is not None and not fits(p.sizes, t.largest):
+        if p is not None and not fits(p.sizes, ladder.largest):
             yield [p], None
         elif p is not None:
             group.append(p)
@@ -60,11 +56,11 @@ def need(pieces: list[Piece]) -> Sizes:
     return reduce(combine, (p.sizes for p in pieces))
 
 
-def cheapest_prefix(group: list[Piece], t: TreeRuntime) -> tuple[int, Bucket]:
+def cheapest_prefix(group: list[Piece], ladder: TreeProgram) -> tuple[int, Bucket]:
     """The length of the prefix of `group` (all of which fits the largest bucket) with the least
     (bucket rows + FIXED_ROWS) / used rows, the longest of those, and its bucket."""
     needs = list(accumulate((p.sizes for p in group), combine))
-    buckets = [t.program.bucket_for(n) for n in needs]
+    buckets = [ladder.bucket_for(n) for n in needs]
     cost = [Fraction(b.rows + FIXED_ROWS, n.rows)  # type: ignore[union-attr]
             for b, n in zip(buckets, needs, strict=True)]
     k = min(range(len(group)), key=lambda k: (cost[k], -k))

@@ -75,7 +75,7 @@ class TreeRuntime:
 
     @property
     def largest(self) -> Bucket:
-        return self.program.buckets[-1].bucket
+        return self.program.largest
 
 
 class Program:
@@ -163,7 +163,7 @@ class Program:
         answered: dict[int, _Answered] = {}
         errors: dict[int, FlideError] = {}
         waiting: deque[tuple[list[Piece], BoundStream, Pending]] = deque()
-        for group, bucket in pack_streams(self._pieces(instances, t, answered, errors), t):
+        for group, bucket in pack_streams(self._pieces(instances, t, answered, errors), t.program):
             bound = bound_from_plans(t.tree, self.fmt, group, lambda p: (p.plan, None))
             waiting.append((group, bound, self._submit(t.tree.name, bucket, bound.stream)))
             if len(waiting) > 1:

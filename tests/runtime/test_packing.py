@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 from flidec.ir.program import Bucket, Rung, TreeProgram
 from flidec.ir.template import Sizes
 from flidec.runtime.packing import FIXED_ROWS, Piece, pack_streams
-from flidec.runtime.program import TreeRuntime
 from flidec.runtime.split import combine, fits
 
 
@@ -26,10 +25,10 @@ def ladder(most: int = 65536) -> list[int]:
     return rows
 
 
-def runtime(rows: Sequence[int], segments: int = 65, reads: int = 64) -> TreeRuntime:
-    # groups reads only the bucket ladder: no tree or template needed
+def runtime(rows: Sequence[int], segments: int = 65, reads: int = 64) -> TreeProgram:
+    # packing reads only the bucket ladder: no tree or template needed
     rungs = tuple(Rung(Bucket(f"r{r}", r, min(segments, r), 2, reads, 255), 0.0) for r in rows)
-    return TreeRuntime(None, TreeProgram(None, None, rungs, "bounds"))  # type: ignore[arg-type]
+    return TreeProgram(None, None, rungs, "bounds")  # type: ignore[arg-type]
 
 
 def pieces(rows: Sequence[int], segments: int = 1, reads: int = 1) -> list[Piece]:
@@ -40,7 +39,7 @@ def shape(groups: Iterator[tuple[list[Piece], Bucket | None]]) -> list[tuple[int
     return [(len(g), b.name if b else None) for g, b in groups]
 
 
-def greedy(ps: list[Piece], t: TreeRuntime) -> list[tuple[int, str | None]]:
+def greedy(ps: list[Piece], t: TreeProgram) -> list[tuple[int, str | None]]:
     """The rule before: every gathering whole."""
     out, group = [], []
     for p in ps:
@@ -48,7 +47,7 @@ def greedy(ps: list[Piece], t: TreeRuntime) -> list[tuple[int, str | None]]:
             out.append(group)
             group = []
         group.append(p)
-    return shape((g, t.program.bucket_for(need(g))) for g in [*out, group])
+    return shape((g, t.bucket_for(need(g))) for g in [*out, group])
 
 
 def need(group: list[Piece]) -> Sizes:
@@ -122,5 +121,5 @@ def test_every_piece_once_in_order_each_stream_in_its_smallest_bucket(drawn: lis
     groups = list(pack_streams(ps, t))
     assert [p for g, _ in groups for p in g] == ps
     for g, bucket in groups:
-        assert bucket == t.program.bucket_for(need(g))
+        assert bucket == t.bucket_for(need(g))
         assert bucket is not None or len(g) == 1
