@@ -5,6 +5,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_tables import segment_forests  # a sibling test module: imported at collection, never mid-test
 
 from flidec.runtime.meta import (
     CHUNK,
@@ -133,8 +134,6 @@ def test_linear_stream_is_one_root():
 @st.composite
 def streams(draw) -> tuple[tuple[Segment, ...], tuple[Read, ...], int]:
     """Random forests in a random row order with padding between segments, and reads on segment rows."""
-    from test_tables import segment_forests
-
     lengths = st.sampled_from([0, 1, 2, 3, 63, 64, 65]) | st.integers(0, 150)
     segs, row = draw(segment_forests(max_nodes=10, lengths=lengths, max_gap=3))
     on = [s.start + k for s in segs for k in range(s.length)]
