@@ -103,7 +103,9 @@ def run_inspect(args: argparse.Namespace) -> int:
     if Path(args.spec).is_dir():
         from flidec.runtime.artifact import load_manifest
 
-        print(inspect_artifact(load_manifest(args.spec, allow_incomplete=True)))
+        manifest = load_manifest(args.spec, allow_incomplete=True)
+        print(inspect_artifact(manifest))
+        print(inspect_saved_states(Path(args.spec), manifest))
         return 0
 
     try:
@@ -200,6 +202,40 @@ def inspect_artifact(m: dict) -> str:
         for _, k in sorted(m["kernels"].items(), key=lambda kv: (kv[1]["name"], kv[0])):
             lines.append(f"    {k['name']:<24} {k['digest'][:12]}  warps {k['num_warps']}, "
                          f"shared {k['shared']} B")
+    return "\n".join(lines)
+
+
+def inspect_saved_states(directory: Path, m: dict) -> str:
+    """Which trees' states save points (runtime/saved) and what a point costs in bytes, in the GPU kernels'
+    bf16 and the reference executor's fp32."""
+    import json
+
+    from flidec.ir.errors import ArtifactError
+    from flidec.ir.serde import spec_from_json
+    from flidec.models.config import TextConfig
+    from flidec.runtime.artifact import weights_dir
+    from flidec.runtime.recording import MODEL_DTYPES
+    from flidec.runtime.saved.keys import BLOCK
+    from flidec.runtime.saved.point import PointLayout
+
+    spec = spec_from_json(json.loads((directory / "tree.json").read_text(encoding="utf-8")))
+    lines = [f"  saved states (a point every {BLOCK} positions of a state's prefix; runtime/saved):"]
+    for t in spec.trees:
+        how = "resumable: every request saves" if t.state.resumable else "saves for requests with x_session"
+        lines.append(f"    {t.name}: state {t.state.name} {how}; every request resumes from its longest "
+                     "saved prefix")
+    try:
+        cfg = TextConfig.from_dir(weights_dir(directory, m, verify_weights=False))
+    except (ArtifactError, OSError, ValueError) as e:
+        lines.append(f"    bytes per point: unknown (the model config cannot be read: {e})")
+        return "\n".join(lines)
+    for name in ("bf16", "fp32"):
+        layout = PointLayout.of(cfg, MODEL_DTYPES[name])
+        fixed, per = layout.nbytes(0), layout.nbytes(1) - layout.nbytes(0)
+        lines.append(f"    a point in {name}: {fixed / 2**20:.2f} MiB (GDN states and conv windows, "
+                     f"{layout.gdn_layers} layers) + {per / 1024:.1f} KiB a position (keys and values of "
+                     f"{layout.attention_layers} attention layer{'s' * (layout.attention_layers != 1)}, "
+                     f"token id); 4,096 positions: {layout.nbytes(4096) / 2**20:.1f} MiB")
     return "\n".join(lines)
 
 
@@ -347,6 +383,14 @@ def add_run(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--served-name", help="the model name System One responses report (default: the model "
                    "directory's name)")
     p.add_argument("--quiet", action="store_true", help="no progress line")
+    g = p.add_argument_group("saved states (an artifact; docs/SAVED_STATES.md)")
+    g.add_argument("--checkpoints", metavar="DIR", help="also write every saved point to DIR, and resume "
+                   "from the points earlier runs wrote there")
+    g.add_argument("--no-saved-states", action="store_true", help="compute every state whole")
+    g.add_argument("--saved-gpu-gib", type=float, default=4.0, metavar="GIB",
+                   help="GPU memory for saved points (default 4)")
+    g.add_argument("--saved-host-gib", type=float, default=8.0, metavar="GIB",
+                   help="host memory for saved points (default 8)")
     p.set_defaults(run=run_run)
 
 
@@ -358,15 +402,20 @@ def device_name(text: str) -> str:
 
 
 def run_run(args: argparse.Namespace) -> int:
-    from flidec.run import run
+    from flidec.run import SavedOptions, run
 
     model = args.model or (None if Path(args.spec).is_dir() else _demo_model())  # an artifact brings its own
+    saved = SavedOptions(not args.no_saved_states, args.checkpoints, args.saved_gpu_gib, args.saved_host_gib)
     summary = run(args.spec, model, args.instances, args.out, tree=args.tree, device=args.device,
                   dtype=args.dtype, max_stream_tokens=args.max_stream_tokens, served_name=args.served_name,
-                  progress=not args.quiet, trust_weights=args.trust_weights)
+                  progress=not args.quiet, trust_weights=args.trust_weights, saved=saved)
     print(f"{summary.answered} answered, {summary.failed} failed, {summary.questions} questions in "
           f"{summary.wall_s:.1f} s ({summary.questions_per_s:.1f} questions/s); results in "
           f"{Path(args.out) / 'results.jsonl'}")
+    if summary.saved_states is not None and (summary.saved_states["hits"] or summary.saved_states["saved"]):
+        s = summary.saved_states
+        print(f"saved states: {s['hits']} resumed ({s['tokens_reused']} positions reused), {s['saved']} saved"
+              + (f", {sum(s['refused'].values())} checkpoints refused" if s["refused"] else ""))
     return 0
 
 

@@ -52,6 +52,7 @@ class Summary:
     stream_tokens: int = 0
     streams: int = 0
     wall_s: float = 0.0
+    saved_states: dict | None = None  # an artifact's saved-state stats at the end (runtime/saved/store.py)
 
     @property
     def questions_per_s(self) -> float:
@@ -283,11 +284,14 @@ class ArtifactAnswerer:
     """An artifact loaded by the runtime (flidec.runtime.program): it packs instances into its buckets."""
 
     def __init__(self, artifact: Path, tree: str | None, device: str, dtype: str | None,
-                 served_name: str | None, verify_weights: bool = True):
+                 served_name: str | None, verify_weights: bool = True, saved: SavedOptions | None = None):
         from flidec.runtime.program import load
 
+        saved = saved or SavedOptions()
         self.program = load(artifact, device, dtype=dtype, served_name=served_name,
-                            verify_weights=verify_weights)
+                            verify_weights=verify_weights, saved_states=saved.enabled,
+                            checkpoints=saved.checkpoints, gpu_budget_gib=saved.gpu_gib,
+                            host_budget_gib=saved.host_gib)
         self.tree = self.program.tree(tree).tree
 
     def answer(self, instances: list[object], max_stream_tokens: int, summary: Summary) -> list[dict]:
@@ -300,9 +304,20 @@ class ArtifactAnswerer:
         return results
 
 
+@dataclass(frozen=True)
+class SavedOptions:
+    """An artifact run's saved states (runtime/saved): on or off, the checkpoint directory, the budgets."""
+
+    enabled: bool = True
+    checkpoints: str | None = None
+    gpu_gib: float = 4.0
+    host_gib: float = 8.0
+
+
 def run(spec_path: str, model: str | None, instances_path: str, out_dir: str, *, tree: str | None = None,
         device: str = "cpu", dtype: str | None = None, max_stream_tokens: int | None = None, window: int = 64,
-        served_name: str | None = None, progress: bool = True, trust_weights: bool = False) -> Summary:
+        served_name: str | None = None, progress: bool = True, trust_weights: bool = False,
+        saved: SavedOptions | None = None) -> Summary:
     instances = Path(instances_path)
     if not instances.exists() or instances.is_dir():
         what = "a directory" if instances.is_dir() else "no such file"
@@ -312,7 +327,7 @@ def run(spec_path: str, model: str | None, instances_path: str, out_dir: str, *,
         raise FlideError(f"{source} is a directory but not an artifact (no manifest.json): give a .flide "
                          "spec or a directory `flidec compile -o` finished writing")
     check_device(device)
-    _refuse_ignored(source, model, max_stream_tokens, trust_weights)
+    _refuse_ignored(source, model, max_stream_tokens, trust_weights, saved)
     max_stream_tokens = 8192 if max_stream_tokens is None else max_stream_tokens
     dtype = dtype or (None if source.is_dir() and device != "cpu" else "fp32")  # cuda: the artifact's own
     output = OutputDir(Path(out_dir))
@@ -320,7 +335,7 @@ def run(spec_path: str, model: str | None, instances_path: str, out_dir: str, *,
     try:
         answerer: Answerer | ArtifactAnswerer
         if source.is_dir():
-            answerer = ArtifactAnswerer(source, tree, device, dtype, served_name, not trust_weights)
+            answerer = ArtifactAnswerer(source, tree, device, dtype, served_name, not trust_weights, saved)
             chosen = answerer.tree
         else:
             spec, _ = load_spec(spec_path)
@@ -339,6 +354,8 @@ def run(spec_path: str, model: str | None, instances_path: str, out_dir: str, *,
                     window_items = []
             _flush(answerer, window_items, f, max_stream_tokens, summary, start, progress)
         summary.wall_s = time.perf_counter() - start
+        stats = answerer.program.stats.saved if isinstance(answerer, ArtifactAnswerer) else None
+        summary.saved_states = None if stats is None else asdict(stats)
         (output.tmp / "summary.json").write_text(json.dumps(
             {**asdict(summary), "questions_per_s": round(summary.questions_per_s, 3), "tree": chosen.name,
              "device": device, "dtype": dtype}, indent=2) + "\n")
@@ -351,8 +368,11 @@ def run(spec_path: str, model: str | None, instances_path: str, out_dir: str, *,
 
 
 def _refuse_ignored(source: Path, model: str | None, max_stream_tokens: int | None,
-                    trust_weights: bool) -> None:
+                    trust_weights: bool, saved: SavedOptions | None) -> None:
     """Options the chosen path would ignore are refused, never dropped silently."""
+    if not source.is_dir() and saved is not None and saved != SavedOptions():
+        raise FlideError("saved states (--checkpoints, --no-saved-states, --saved-*-gib) apply to an "
+                         "artifact, not to a .flide spec: compile it first")
     if source.is_dir():
         for flag, value in (("--model", model), ("--max-stream-tokens", max_stream_tokens)):
             if value is not None:

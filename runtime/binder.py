@@ -112,15 +112,28 @@ class BoundStream:
     wire: str | None
     rows_used: int  # rows holding segments; the rest (up to the stream's length) is padding
     input_tokens: tuple[int, ...]  # per instance: the sum of its asks' whole prompt lengths (0 if it failed)
+    roots: tuple[int, ...] = ()  # per instance: the stream segment of its plan's root, -1 if it failed
+
+
+class Held(Protocol):
+    """The first positions of a root that a saved state holds (runtime/saved/point.py's SavedPoint)."""
+
+    length: int  # positions held, a whole number of GDN chunks
+    tokens: torch.Tensor  # [length] int64: their token ids
 
 
 @dataclass
 class Plan:
-    """One instance's segments before packing (parents before children, local indices)."""
+    """One instance's segments before packing (parents before children, local indices). `state_end`: how
+    many of the root's ids come through the end of the state's text (0: not known). `held`: the saved
+    state holding the root's first positions, or None; packed, it is a stored root (StreamMeta.stored) and
+    the root's other ids its child."""
 
     ids: list[list[int]] = field(default_factory=list)
     parents: list[int] = field(default_factory=list)
     reads: list[tuple[int, AskPieceLike, str]] = field(default_factory=list)  # (segment, piece, path)
+    state_end: int = 0
+    held: Held | None = None
 
     def segment(self, ids: Sequence[int], parent: int, *, adopt: bool = False) -> int:
         """A new segment of `ids` under `parent` (-1: a root); `adopt`: `ids` is a fresh list the plan keeps
@@ -161,6 +174,7 @@ def merge_chains(plan: Plan) -> Plan:
         else:
             at.append(out.segment(plan.ids[j], at[p] if p >= 0 else -1))
     out.reads = [(at[seg], piece, path) for seg, piece, path in plan.reads]
+    out.state_end, out.held = plan.state_end, plan.held
     return out
 
 
@@ -288,41 +302,68 @@ def bound_from_plans(tree: Tree, fmt: BindFormat, instances: Sequence[object],
             continue
         plans.append((i, plan))
         shapes.append(shape)
-    stream, sites, lengths = _pack(plans, rows)
+    stream, sites, lengths, plan_roots = _pack(plans, rows)
     input_tokens = [0] * len(instances)
     for site, n in zip(sites, lengths, strict=True):  # _pack appends one length per site
         input_tokens[site.instance] += n
     used = sum(s.length for s in stream.meta.segments)
-    return BoundStream(stream, sites, tuple(shapes), errors, fmt, tree.wire, used, tuple(input_tokens))
+    roots = [-1] * len(instances)
+    for (i, _), r in zip(plans, plan_roots, strict=True):
+        roots[i] = r
+    return BoundStream(stream, sites, tuple(shapes), errors, fmt, tree.wire, used, tuple(input_tokens),
+                       tuple(roots))
 
 
-def _pack(plans: list[tuple[int, Plan]], rows: int | None) -> tuple[Stream, tuple[Site, ...], list[int]]:
-    """Lay the planned segments out level by level, in instance order within a level."""
+def _pack(plans: list[tuple[int, Plan]], rows: int | None
+          ) -> tuple[Stream, tuple[Site, ...], list[int], list[int]]:
+    """Lay the planned segments out level by level, in instance order within a level; a plan's held
+    positions (Plan.held) become a stored root whose rows follow every computed row. Also returns each
+    plan's root segment."""
+    HELD = -1  # the local index of a plan's stored root: before its segment 0 in the sort
     entries = []  # (level, instance order, local index)
     levels: dict[tuple[int, int], int] = {}
     for k, (_, plan) in enumerate(plans):
+        if plan.held is not None:
+            levels[k, HELD] = 0
+            entries.append((0, k, HELD))
         for j, parent in enumerate(plan.parents):
-            levels[k, j] = 0 if parent < 0 else levels[k, parent] + 1
+            above = parent if parent >= 0 else (HELD if plan.held is not None else None)
+            levels[k, j] = 0 if above is None else levels[k, above] + 1
             entries.append((levels[k, j], k, j))
     entries.sort()
     index = {(k, j): n for n, (_, k, j) in enumerate(entries)}
+
+    def ids_of(k: int, j: int) -> Sequence[int]:
+        plan = plans[k][1]
+        if j == HELD:
+            return plan.held.tokens.tolist()  # type: ignore[union-attr]
+        return plan.ids[j][plan.held.length:] if j == 0 and plan.held is not None else plan.ids[j]
+
+    pieces = [ids_of(k, j) for _, k, j in entries]
+    live = sum(len(p) for (_, _, j), p in zip(entries, pieces, strict=True) if j != HELD)
     segments: list[Segment] = []
-    pieces: list[list[int]] = []
-    used = 0
-    for level, k, j in entries:
+    used, stored_at = 0, live  # computed rows from 0, stored rows after them
+    for (level, k, j), ids in zip(entries, pieces, strict=True):
+        if j == HELD:
+            segments.append(Segment(start=stored_at, length=len(ids), pos0=0, parent=-1, level=0))
+            stored_at += len(ids)
+            continue
         plan = plans[k][1]
         parent = plan.parents[j]
-        pidx = index[k, parent] if parent >= 0 else -1
+        above = parent if parent >= 0 else (HELD if plan.held is not None else None)
+        pidx = -1 if above is None else index[k, above]
         pos0 = segments[pidx].end if pidx >= 0 else 0
-        ids = plan.ids[j]
         segments.append(Segment(start=used, length=len(ids), pos0=pos0, parent=pidx, level=level))
-        pieces.append(ids)
         used += len(ids)
-    num_rows = used if rows is None else rows
-    if num_rows < used:
-        raise ValueError(f"the instances need {used} rows, more than the {rows} asked for")
+    total = stored_at
+    num_rows = total if rows is None else rows
+    if num_rows < total:
+        raise ValueError(f"the instances need {total} rows, more than the {rows} asked for")
+    order = [n for n, (_, _, j) in enumerate(entries) if j != HELD] + \
+        [n for n, (_, _, j) in enumerate(entries) if j == HELD]
     tokens = np.zeros(num_rows, dtype=np.int64)  # handed to torch without a copy
-    tokens[:used] = np.fromiter(chain.from_iterable(pieces), dtype=np.int64, count=used)  # ~2x array.extend
+    tokens[:total] = np.fromiter(chain.from_iterable(pieces[n] for n in order), dtype=np.int64,
+                                 count=total)  # ~2x array.extend
     reads, sites, lengths = [], [], []
     for k, (i, plan) in enumerate(plans):
         for seg, piece, path in plan.reads:
@@ -330,5 +371,7 @@ def _pack(plans: list[tuple[int, Plan]], rows: int | None) -> tuple[Stream, tupl
             reads.append(Read(row=s.start + s.length - 1, labels=tuple(piece.labels)))
             sites.append(Site(i, path, piece))
             lengths.append(s.end)
-    meta = build_meta(tuple(segments), tuple(reads), num_rows)
-    return Stream(torch.from_numpy(tokens), meta), tuple(sites), lengths
+    stored = tuple(n for n, (_, _, j) in enumerate(entries) if j == HELD)
+    meta = build_meta(tuple(segments), tuple(reads), num_rows, stored)
+    roots = [index[k, 0] for k in range(len(plans))]
+    return Stream(torch.from_numpy(tokens), meta), tuple(sites), lengths, roots

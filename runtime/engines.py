@@ -9,7 +9,7 @@ asynchronously on one CUDA stream, so the caller can bind its next stream while 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -23,10 +23,14 @@ from flidec.runtime.buffers import DeviceBuffers, MetaStage
 from flidec.runtime.launch import CompiledKernel, Launch, Launcher, grid3, pack_args, scratch_bytes
 from flidec.runtime.meta import Stream
 from flidec.runtime.recording import Recording
+from flidec.runtime.reference.executor import Captured
 from flidec.runtime.reference.qwen3_5 import Qwen35
+from flidec.runtime.saved.point import PointLayout, SavedPoint
 
 
 class Pending(Protocol):
+    captured: Sequence[Captured]  # after result(): the saved points' tensors the submit asked for
+
     def result(self) -> torch.Tensor:
         """The stream's label logits, [reads, >= labels] float32 on the host (waits for the device)."""
         ...
@@ -35,16 +39,22 @@ class Pending(Protocol):
 class Engine(Protocol):
     needs_bucket: bool  # streams run in a compiled bucket (static buffers, padding written by the meta stage)
     # or as they are
+    resumes: bool  # runs streams with stored segments and captures saved points (runtime/saved)
+    name: str  # what fixes its bits, for the saved points' scope: "reference:float32", "graph:sm_90"
 
-    def submit(self, tree: str, bucket: Bucket | None, stream: Stream) -> Pending:
+    def submit(self, tree: str, bucket: Bucket | None, stream: Stream, held: Sequence[SavedPoint] = (),
+               capture: Sequence[tuple[int, int]] = ()) -> Pending:
         """Start running the stream after every stream submitted before it. One caller at a time (the
-        Program's lock); `result()` may be called later from any thread, without the lock."""
+        Program's lock); `result()` may be called later from any thread, without the lock. `held`: per
+        stored segment of the stream (meta.stored order), its saved point; `capture`: (segment, positions)
+        of each saved point to make (an engine that `resumes` only)."""
         ...
 
 
 @dataclass(frozen=True)
 class Done:
     logits: torch.Tensor
+    captured: Sequence[Captured] = ()
 
     def result(self) -> torch.Tensor:
         return self.logits
@@ -56,6 +66,7 @@ class _Copying:
 
     host: torch.Tensor
     copied: Any  # torch.cuda.Event
+    captured: Sequence[Captured] = ()
 
     def result(self) -> torch.Tensor:
         self.copied.synchronize()
@@ -66,6 +77,7 @@ class ReferenceEngine:
     """The reference executor on the model graph: a cpu artifact, or any artifact on the CPU."""
 
     needs_bucket = False
+    resumes = True
 
     def __init__(self, model_dir: Path, dtype: torch.dtype, device: torch.device):
         from flidec.runtime.reference.executor import ReferenceExecutor
@@ -73,9 +85,15 @@ class ReferenceEngine:
         module = Qwen35.from_pretrained(model_dir, dtype).to(device)
         self.executor = ReferenceExecutor(torch.fx.symbolic_trace(module))
         self.device = device
+        self.layout = PointLayout.of(module.cfg, dtype)
+        self.name = f"reference:{str(dtype).removeprefix('torch.')}"
 
-    def submit(self, tree: str, bucket: Bucket | None, stream: Stream) -> Pending:
-        return Done(self.executor.run_stream(stream, self.device).cpu())
+    def submit(self, tree: str, bucket: Bucket | None, stream: Stream, held: Sequence[SavedPoint] = (),
+               capture: Sequence[tuple[int, int]] = ()) -> Pending:
+        if not held and not capture:
+            return Done(self.executor.run_stream(stream, self.device).cpu())
+        logits, captured = self.executor.run_saving(stream, self.device, held, capture)
+        return Done(logits.cpu(), captured)
 
 
 class GraphEngine:
@@ -87,6 +105,7 @@ class GraphEngine:
     each result owns its host tensor."""
 
     needs_bucket = True
+    resumes = False  # its recordings have no stored rows yet: every stream is computed whole
 
     def __init__(self, recordings: Mapping[str, Recording], kernels: Mapping[str, CompiledKernel],
                  weights: Mapping[str, torch.Tensor], device: torch.device, launcher: Launcher, graphs: bool):
@@ -111,6 +130,7 @@ class GraphEngine:
         self.stream = torch.cuda.current_stream(device) if device.type == "cuda" else None
         self.capture = graphs
         self.graphs: dict[str, Any] = {}
+        self.name = "graph"
         # one global scratch buffer for every launch that takes one (TMA descriptors built on the device):
         # a bucket's launches run one after another on one stream, and so do its replays
         need = max((scratch_bytes(self.kernels[step.kernel], grid3(step.grid))
@@ -144,8 +164,9 @@ class GraphEngine:
         for handle, launch in self.resolve(name):
             self.launcher.launch(handle, launch)
 
-    def submit(self, tree: str, bucket: Bucket | None, stream: Stream) -> Pending:
-        assert bucket is not None
+    def submit(self, tree: str, bucket: Bucket | None, stream: Stream, held: Sequence[SavedPoint] = (),
+               capture: Sequence[tuple[int, int]] = ()) -> Pending:
+        assert bucket is not None and not held and not capture and not stream.meta.stored
         if self.stream is None:  # a CPU arena (tests' fake launchers): every step is done when it returns
             return Done(self._enqueue(f"{tree}/{bucket.name}", stream).clone())
         with torch.cuda.stream(self.stream):

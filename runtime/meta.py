@@ -60,6 +60,14 @@ class StreamMeta:
     read_rows: torch.Tensor  # [R] int64
     read_labels: torch.Tensor  # [R, Lmax] int64 label token ids, padded with 0
     read_nlabels: torch.Tensor  # [R] int64
+    # roots whose positions a saved state holds (runtime/saved): their rows, after every computed row, are
+    # never computed; the fork ops read their keys, values, conv window and GDN state from the saved point
+    stored: tuple[int, ...] = ()
+
+    @property
+    def live_rows(self) -> int:
+        """Rows the model computes: all of them, less the stored segments' (which come last)."""
+        return min((self.segments[s].start for s in self.stored), default=self.num_rows)
 
     @property
     def num_rows(self) -> int:
@@ -74,8 +82,16 @@ class StreamMeta:
         return replace(self, **moved)
 
 
-def check_segments(segments: tuple[Segment, ...], num_rows: int) -> None:
+def check_segments(segments: tuple[Segment, ...], num_rows: int, stored: tuple[int, ...] = ()) -> None:
     """The structural invariants every consumer relies on; a violation is a binder bug, so it asserts."""
+    if stored:
+        first = min(segments[s].start for s in stored)
+        for i, s in enumerate(segments):
+            held = i in stored
+            assert not held or (s.parent < 0 and s.length > 0 and s.length % CHUNK == 0), \
+                f"stored segment {i} must be a root of a whole number of chunks"
+            assert held == (s.start >= first and s.length > 0) or s.length == 0, \
+                f"segment {i}: stored segments' rows come after every computed row"
     covered = 0
     for i, s in enumerate(segments):
         assert s.length >= 0 and s.start >= 0 and s.start + s.length <= num_rows, f"segment {i} out of rows"
@@ -112,12 +128,14 @@ def path_chains(ancestors: Sequence[tuple[int, ...]], depth: int) -> np.ndarray:
     return chain
 
 
-def build_meta(segments: tuple[Segment, ...], reads: tuple[Read, ...], num_rows: int) -> StreamMeta:
-    """Derive the full meta of a stream of `num_rows` rows (rows outside every segment are padding).
+def build_meta(segments: tuple[Segment, ...], reads: tuple[Read, ...], num_rows: int,
+               stored: tuple[int, ...] = ()) -> StreamMeta:
+    """Derive the full meta of a stream of `num_rows` rows (rows outside every segment are padding);
+    `stored`: the roots a saved state holds (StreamMeta.stored).
     Per-row tables are numpy expressions over all segments at once; only the few rows per segment that
     reach back into its ancestors (conv taps, the GDN tail) are looked up segment by segment."""
     segments = tuple(segments)
-    check_segments(segments, num_rows)
+    check_segments(segments, num_rows, stored)
     ancestors: list[tuple[int, ...]] = []
     for s in segments:
         ancestors.append(() if s.parent < 0 else ancestors[s.parent] + (s.parent,))
@@ -193,6 +211,7 @@ def build_meta(segments: tuple[Segment, ...], reads: tuple[Read, ...], num_rows:
         read_rows=torch.from_numpy(read_rows),
         read_labels=torch.from_numpy(read_labels),
         read_nlabels=torch.from_numpy(np.array([len(r.labels) for r in reads], dtype=np.int64)),
+        stored=tuple(stored),
     )
 
 

@@ -30,6 +30,7 @@ class Piece:
     plan: Plan
     sizes: Sizes
     reads: tuple[int, ...]  # the instance's read index of each of the plan's reads, in order
+    save: int = 0  # positions of the saved point its stream captures from its root (0: none)
 
 
 def pack_streams(pieces: Iterable[Piece], ladder: TreeProgram) -> Iterator[tuple[list[Piece], Bucket | None]]:

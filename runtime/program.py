@@ -15,7 +15,7 @@ import json
 import threading
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,10 @@ from flidec.runtime.next_token import NextTokenFormat
 from flidec.runtime.packing import Piece, pack_streams
 from flidec.runtime.recording import MODEL_DTYPES as DTYPES
 from flidec.runtime.recording import Recording, read_recording
+from flidec.runtime.saved.keys import scope_of
+from flidec.runtime.saved.point import SavedPoint
+from flidec.runtime.saved.resume import Session, make_point, resume, save_length, split_session
+from flidec.runtime.saved.store import GIB, SavedStates, SavedStats
 from flidec.runtime.split import fits, misfit, plan_sizes, split_plan, stream_sizes
 from flidec.runtime.templates import TemplateWalker
 
@@ -57,15 +61,18 @@ class _Answered:
     shape: Shape
     rows: list[torch.Tensor | None]  # per read: its label logits row
     input_tokens: int = 0
+    session: Session | None = None
+    reused: int = 0  # its root's positions resumed from a saved point
 
 
 @dataclass(frozen=True)
 class Stats:
-    """What a Program has run since it was loaded."""
+    """What a Program has run since it was loaded; `saved`: its saved-state store's (None: no store)."""
 
     streams: int = 0
-    stream_tokens: int = 0  # rows holding segments (padding excluded)
+    stream_tokens: int = 0  # rows computed (padding and rows resumed from saved points excluded)
     questions: int = 0  # reads
+    saved: SavedStats | None = None
 
 
 @dataclass(frozen=True)
@@ -84,14 +91,24 @@ class Program:
     the device runs its last."""
 
     def __init__(self, trees: Mapping[str, TreeRuntime], fmt: NextTokenFormat, engine: Engine,
-                 served_name: str, manifest: Mapping[str, Any]):
+                 served_name: str, manifest: Mapping[str, Any], saved: SavedStates | None = None):
         self.trees = dict(trees)
         self.fmt = fmt
         self.engine = engine
         self.served_name = served_name
         self.manifest = manifest
-        self.stats = Stats()
+        self.saved = saved  # the saved-state store (runtime/saved): None when off or the engine cannot resume
+        self._stats = Stats()
         self._lock = threading.Lock()
+
+    @property
+    def _store(self) -> SavedStates | None:
+        """The store, while the engine can resume (a test may swap in an engine that cannot)."""
+        return self.saved if getattr(self.engine, "resumes", False) else None
+
+    @property
+    def stats(self) -> Stats:
+        return replace(self._stats, saved=None if self.saved is None else self.saved.stats())
 
     def tree(self, name: str | None = None) -> TreeRuntime:
         if name is None:
@@ -103,9 +120,11 @@ class Program:
             raise FlideError(f"the artifact has no tree `{name}` (it has {', '.join(self.trees)})")
         return self.trees[name]
 
-    def run(self, instances: Sequence[object], tree: str | None = None) -> list[dict]:
+    def run(self, instances: Sequence[object], tree: str | None = None, *,
+            reused: list[int] | None = None) -> list[dict]:
         """Per instance, in order: its answer object (a System One response for wire="systemone" trees) or
-        `{"error": {"type", "problems"}}`."""
+        `{"error": {"type", "problems"}}`. An instance may carry `x_session` (runtime/saved/resume.py).
+        `reused`, if given, is filled with each instance's state positions resumed from saved points."""
         t = self.tree(tree)
         answered, errors = self._run_all(instances, t)
         out: list[dict | None] = [None] * len(instances)
@@ -114,10 +133,12 @@ class Program:
                                      t.tree.wire, a.input_tokens, self.served_name)
         for i, e in errors.items():
             out[i] = error_record(e)
+        if reused is not None:
+            reused[:] = [answered[i].reused if i in answered else 0 for i in range(len(instances))]
         return out  # type: ignore[return-value]
 
-    def label_logits(self, instances: Sequence[object], tree: str | None = None
-                     ) -> list[torch.Tensor | FlideError]:
+    def label_logits(self, instances: Sequence[object], tree: str | None = None, *,
+                     reused: list[int] | None = None) -> list[torch.Tensor | FlideError]:
         """Per instance: the label logits of its reads in its plan order, [reads, its most labels] float32
         (-inf past a read's own labels), or why it was not run. For exactness tests and tools."""
         answered, errors = self._run_all(instances, self.tree(tree))
@@ -126,6 +147,8 @@ class Program:
             out[i] = _stacked(a)
         for i, e in errors.items():
             out[i] = e
+        if reused is not None:
+            reused[:] = [answered[i].reused if i in answered else 0 for i in range(len(instances))]
         return out  # type: ignore[return-value]
 
     def run_stream(self, stream: Stream, tree: str | None = None, bucket: str | None = None) -> torch.Tensor:
@@ -145,13 +168,16 @@ class Program:
 
     # -- internals -------------------------------------------------------------------------------------------
 
-    def _submit(self, tree: str, bucket: Bucket | None, stream: Stream) -> Pending:
+    def _submit(self, tree: str, bucket: Bucket | None, stream: Stream, held: Sequence[SavedPoint] = (),
+                capture: Sequence[tuple[int, int]] = ()) -> Pending:
         assert bucket is not None or not self.engine.needs_bucket
         with self._lock:
-            pending = self.engine.submit(tree, bucket, stream)
-            used = sum(seg.length for seg in stream.meta.segments)
-            self.stats = Stats(self.stats.streams + 1, self.stats.stream_tokens + used,
-                               self.stats.questions + len(stream.meta.reads))
+            pending = self.engine.submit(tree, bucket, stream, held, capture) if held or capture else \
+                self.engine.submit(tree, bucket, stream)
+            meta = stream.meta
+            used = sum(seg.length for i, seg in enumerate(meta.segments) if i not in meta.stored)
+            s = self._stats
+            self._stats = Stats(s.streams + 1, s.stream_tokens + used, s.questions + len(meta.reads))
         return pending
 
     def _run_all(self, instances: Sequence[object], t: TreeRuntime
@@ -165,11 +191,17 @@ class Program:
         waiting: deque[tuple[list[Piece], BoundStream, Pending]] = deque()
         for group, bucket in pack_streams(self._pieces(instances, t, answered, errors), t.program):
             bound = bound_from_plans(t.tree, self.fmt, group, lambda p: (p.plan, None))
-            waiting.append((group, bound, self._submit(t.tree.name, bucket, bound.stream)))
+            held = [p.plan.held for p in group if p.plan.held is not None]  # meta.stored's order
+            capture = [(bound.roots[k], p.save) for k, p in enumerate(group) if p.save]
+            waiting.append((group, bound, self._submit(t.tree.name, bucket, bound.stream, held, capture)))
             if len(waiting) > 1:
-                _gather(*waiting.popleft(), answered)
+                self._gather(*waiting.popleft(), answered)
         while waiting:
-            _gather(*waiting.popleft(), answered)
+            self._gather(*waiting.popleft(), answered)
+        if self._store is not None:
+            for a in answered.values():
+                if a.session is not None and a.session.drop:
+                    self._store.drop(a.session.id)
         return answered, errors
 
     def _pieces(self, instances: Sequence[object], t: TreeRuntime, answered: dict[int, _Answered],
@@ -178,7 +210,9 @@ class Program:
         segments, the same bits), whole or split to fit the largest bucket."""
         walker = TemplateWalker(t.tree, t.program.template, self.fmt)
         for i, inst in enumerate(instances):
+            session = None
             try:
+                inst, session = split_session(inst)
                 validate_instance(t.tree, inst)  # the spec's token bounds: the walker counts them in a batch
                 if not isinstance(inst, Mapping) or t.tree.state.name not in inst:
                     raise InstanceError([f"{t.tree.state.name}: missing"])
@@ -195,16 +229,32 @@ class Program:
             except InstanceError as e:
                 errors[i] = e
                 continue
-            answered[i] = _Answered(plan, shape, [None] * len(plan.reads))
+            a = answered[i] = _Answered(plan, shape, [None] * len(plan.reads), session=session)
+            save = 0
+            store = self._store
+            if store is not None and parts is whole:  # a split plan runs fresh (its parts share a root)
+                a.reused = resume(plan, store)
+                if t.tree.state.resumable or session is not None:
+                    save = save_length(plan, store)
             for p, reads in parts:
                 if p is not plan:  # a sub-plan can keep one child of a parent that had several: a chain again
                     p = merge_chains(p)
-                yield Piece(i, p, sizes if p is plan else plan_sizes(p), reads)
+                yield Piece(i, p, sizes if p is plan else plan_sizes(p), reads, save)
+
+    def _gather(self, group: list[Piece], bound: BoundStream, pending: Pending,
+                answered: dict[int, _Answered]) -> None:
+        """Route a stream's logits rows to its instances (_route) and keep the saved points it captured."""
+        _route(group, bound, pending, answered)
+        saving = [p for p in group if p.save]
+        for piece, captured in zip(saving, pending.captured, strict=True):
+            assert self.saved is not None
+            session = answered[piece.index].session
+            self.saved.save(make_point(self.saved, piece.plan, captured), session and session.id)
 
 
 
 
-def _gather(group: list[Piece], bound: BoundStream, pending: Pending, answered: dict[int, _Answered]) -> None:
+def _route(group: list[Piece], bound: BoundStream, pending: Pending, answered: dict[int, _Answered]) -> None:
     """Route a stream's logits rows to the instances its pieces belong to (the binder lays each piece's reads
     out contiguously, in piece order, each in its plan order)."""
     logits = pending.result()
@@ -233,13 +283,19 @@ def _stacked(a: _Answered) -> torch.Tensor:
 
 def load(artifact: str | Path, device: str | torch.device = "cuda", *, dtype: str | None = None,
          served_name: str | None = None, graphs: bool = True, launcher: Launcher | None = None,
-         verify_weights: bool = True) -> Program:
+         verify_weights: bool = True, saved_states: bool = True, checkpoints: str | Path | None = None,
+         gpu_budget_gib: float = 4.0, host_budget_gib: float = 8.0) -> Program:
     """Load an artifact for `device`. CUDA: the artifact's target must be this GPU's (sm_XY) and complete;
     its recordings become CUDA graphs, each captured at its bucket's first use (`graphs=False`: eager launches
     of the same kernels); `dtype`, if given, must be the recordings' weight dtype. CPU: the reference executor
     in `dtype` (default fp32) runs any artifact's model. Every file is hashed against the manifest, the
     weights too unless `verify_weights=False` (a trusted in-place swap of same-sized weights: hashing costs a
-    few seconds a GB). ArtifactError says why not."""
+    few seconds a GB). ArtifactError says why not.
+
+    Saved states (runtime/saved; on engines that resume, the reference executor today): `saved_states`
+    turns them on, within `gpu_budget_gib` of GPU memory (a CUDA device) and `host_budget_gib` of host
+    memory; `checkpoints`: a directory every saved point is also written to, and read back from by later
+    processes."""
     directory = Path(artifact)
     device = torch.device(device)
     if dtype is not None and dtype not in DTYPES:
@@ -266,7 +322,15 @@ def load(artifact: str | Path, device: str | torch.device = "cuda", *, dtype: st
             engine = _graph_engine(directory, manifest, model_dir, device, launcher, graphs=False)
         else:
             engine = ReferenceEngine(model_dir, DTYPES[dtype or "fp32"], device)
-    return Program(trees, fmt, engine, served_name, manifest)
+    for name, gib in (("gpu_budget_gib", gpu_budget_gib), ("host_budget_gib", host_budget_gib)):
+        if not gib >= 0:
+            raise FlideError(f"{name}={gib}: a budget is a number of GiB, at least 0")
+    saved = None
+    if saved_states and engine.resumes:
+        saved = SavedStates(scope_of(manifest, engine.name), engine.layout, device,  # type: ignore[attr-defined]
+                            gpu_bytes=int(gpu_budget_gib * GIB), host_bytes=int(host_budget_gib * GIB),
+                            checkpoints=checkpoints)
+    return Program(trees, fmt, engine, served_name, manifest, saved)
 
 
 def _graph_engine(directory: Path, manifest: Mapping[str, Any], model_dir: Path, device: torch.device,

@@ -55,6 +55,7 @@ class _Fill:
     tail: int
     max_tokens: int
     path: str
+    state: bool = False  # the state's slot: where the root's resumable text ends
 
     def ids(self, encoded: Mapping[str, tuple[int, ...]]) -> tuple[int, ...]:
         ids = self.draft.ids(encoded)
@@ -108,6 +109,8 @@ class TemplateWalker:
             ids: list[int] = []
             for p in template_pieces:
                 ids += p.ids(encoded) if isinstance(p, _Fill) else p
+                if isinstance(p, _Fill) and p.state and parent < 0:
+                    plan.state_end = len(ids)
             above = at[parent] if parent >= 0 else -1
             at.append(plan.segment(ids, above, adopt=True) if ids else above)
         plan.reads = [(at[seg], pieces[path], path) for seg, path in sketch.reads]
@@ -161,7 +164,7 @@ class TemplateWalker:
         """A slot filled from the instance through the format (a root, text or ask piece), to be trimmed by
         the constant ids the template holds around it and refused when over its compiled bound."""
         if slot.kind == "state":
-            return _Fill(self.fmt.root_draft(obj[slot.key]), slot.head, 0, slot.max_tokens, slot.key)
+            return _Fill(self.fmt.root_draft(obj[slot.key]), slot.head, 0, slot.max_tokens, slot.key, True)
         if slot.kind == "text":
             path = prefix + slot.key
             draft = self.fmt.text_draft(_get(obj, slot.key, str, path), False)  # type: ignore[arg-type]

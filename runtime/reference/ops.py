@@ -11,7 +11,7 @@ pass of a path run the same products on the same bits. Recurrent state, softmax 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import torch
 import torch.nn.functional as F
@@ -148,8 +148,8 @@ def fork_attention(
     scale = d**-0.5 if scale is None else scale
     out = torch.zeros(rows, hq, d, dtype=torch.float32, device=q.device)
     for s, seg in enumerate(meta.segments):
-        if seg.length == 0:
-            continue
+        if seg.length == 0 or s in meta.stored:
+            continue  # a stored segment has no queries; its keys and values are rows of k and v
         keys = path_rows(meta, s).to(q.device)
         pad = -keys.numel() % KT
         kp = torch.cat([k[keys].float(), k.new_zeros(pad, hkv, d, dtype=torch.float32)]).permute(1, 2, 0)
@@ -210,7 +210,9 @@ def _gdn_chunk(
 
 
 def fork_gdn(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, meta: StreamMeta
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, meta: StreamMeta,
+    *, start: Mapping[int, torch.Tensor] | None = None,
+    capture: dict[tuple[int, int], torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """Gated DeltaNet over every row's path: q/k [T, Hk, Dk], v [T, Hv, Dv], g/beta [T, Hv] -> [T, Hv, Dv].
 
@@ -219,12 +221,16 @@ def fork_gdn(
     by meta.gdn_src[s] (zeros for -1), recomputes its straddling first chunk with its ancestors' tail rows
     (meta.gdn_tail[s]) in front of its own and drops their outputs, and keeps the states at the chunk
     boundaries its descendants start from. Chunks are CHUNK absolute positions, fixed shape, zero padding.
+    A stored segment (meta.stored) is not run: `start[s]` is its state at its end, from a saved point.
+    `capture`: keys (segment, boundary) to receive the state there (a saved point in the making).
     """
     rows, hk, dk = q.shape
     hv, dv = v.shape[1:]
     rep = hv // hk
     needed = {(src, b) for src, b in zip(meta.gdn_src, meta.gdn_chunk0, strict=True) if src >= 0}
-    states: dict[tuple[int, int], torch.Tensor] = {}
+    needed |= set(capture or ())
+    states = {(s, meta.segments[s].end): start[s].float() for s in meta.stored} if start else {}
+    assert set(states) == {(s, meta.segments[s].end) for s in meta.stored}, "a stored segment needs its state"
     out = torch.zeros(rows, hv, dv, dtype=torch.float32, device=q.device)
 
     def gather(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
@@ -235,7 +241,7 @@ def fork_gdn(
     for level in meta.levels:
         for s in level:
             seg = meta.segments[s]
-            if seg.length == 0:
+            if seg.length == 0 or s in meta.stored:
                 continue  # never a state source: its chunk0 lies at or past every boundary it could hold
             b, tail = meta.gdn_chunk0[s], meta.gdn_tail[s]
             idx = torch.cat([torch.tensor(tail, dtype=torch.int64),
@@ -255,6 +261,9 @@ def fork_gdn(
                 boundary = b + c0 + CHUNK
                 if ci.numel() == CHUNK and (s, boundary) in needed:
                     states[(s, boundary)] = state
+    if capture is not None:
+        for key in capture:
+            capture[key] = states[key]
     return out.to(q.dtype)
 
 

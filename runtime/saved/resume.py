@@ -1,0 +1,78 @@
+"""What a plan resumes from and what it saves: the Program's side of saved states.
+
+A plan's root resumes from the longest saved prefix of its ids that leaves at least one id to compute
+(Plan.held). It saves a point when its tree's state is `resumable` or the instance names a session: at
+the last BLOCK boundary at least SAVE_MARGIN ids before the end of the state's text, past what it resumed
+from. The margin is there because the next request's state extends this one's text: its last few ids may
+tokenize differently once more text follows them (a word grows, a space joins the next word), and a point
+must be a prefix of the next request's ids to be found.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from flidec.ir.errors import InstanceError
+from flidec.runtime.binder import Plan
+from flidec.runtime.saved.keys import BLOCK, prefix_keys
+from flidec.runtime.saved.point import SavedPoint
+from flidec.runtime.saved.store import SavedStates
+
+SAVE_MARGIN = 8
+SESSION_KEY = "x_session"
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    """An instance's `x_session`: a string id, or {"id": string, "drop": boolean} (drop: forget the
+    session's saved points once this instance is answered)."""
+
+    id: str
+    drop: bool = False
+
+
+def split_session(instance: object) -> tuple[object, Session | None]:
+    """The instance without its `x_session` key, and the session it names (InstanceError for a bad one)."""
+    if not isinstance(instance, Mapping) or SESSION_KEY not in instance:
+        return instance, None
+    rest = {k: v for k, v in instance.items() if k != SESSION_KEY}
+    value = instance[SESSION_KEY]
+    if isinstance(value, str) and value:
+        return rest, Session(value)
+    if (isinstance(value, Mapping) and isinstance(value.get("id"), str) and value["id"]
+            and set(value) <= {"id", "drop"} and isinstance(value.get("drop", False), bool)):
+        return rest, Session(value["id"], value.get("drop", False))
+    raise InstanceError([f'{SESSION_KEY}: must be a non-empty string or {{"id": string, "drop": boolean}}'])
+
+
+def resume(plan: Plan, store: SavedStates) -> int:
+    """Set `plan.held` to the longest saved prefix of its root; the positions it holds (0: none)."""
+    root = plan.ids[0]
+    point = store.find(np.asarray(root, dtype=np.int64), len(root) - 1)
+    plan.held = point
+    return 0 if point is None else point.length
+
+
+def save_length(plan: Plan, store: SavedStates) -> int:
+    """The positions of the point this plan saves (0: none), unless the store has it already."""
+    n = (plan.state_end - SAVE_MARGIN) // BLOCK * BLOCK
+    held = plan.held.length if plan.held is not None else 0
+    if n <= held or n > len(plan.ids[0]):
+        return 0
+    return 0 if store.has(point_key(store, plan.ids[0], n)) else n
+
+
+def point_key(store: SavedStates, ids: list[int], n: int) -> str:
+    return prefix_keys(store.scope, np.asarray(ids[:n], dtype=np.int64), n // BLOCK)[-1]
+
+
+def make_point(store: SavedStates, plan: Plan, captured) -> SavedPoint:
+    """The saved point of a plan's captured tensors (reference/executor.Captured or an engine's own)."""
+    n = captured.length
+    return SavedPoint(point_key(store, plan.ids[0], n), n, torch.tensor(plan.ids[0][:n], dtype=torch.int64),
+                      tuple(captured.keys), tuple(captured.values), tuple(captured.states),
+                      tuple(captured.windows))

@@ -1,0 +1,139 @@
+"""The saved-state store: points in GPU memory, pinned host memory and a checkpoint directory.
+
+`find` gives the longest saved prefix of a root's tokens from the fastest tier holding it, moved to the
+engine's device (a host or disk point is promoted); `save` keeps a new point in the fastest tier and writes
+it to the checkpoint directory (write-through: a later process resumes from it). A point evicted from GPU
+memory moves to host memory; one evicted from host memory remains only on disk (if there is a directory).
+A session (an instance's `x_session`) pins its latest point against eviction and can drop its points.
+Thread-safe: Program.run's callers share one store.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from flidec.runtime.saved.checkpoints import Checkpoints
+from flidec.runtime.saved.keys import BLOCK, prefix_keys
+from flidec.runtime.saved.point import PointLayout, SavedPoint
+from flidec.runtime.saved.tiers import Tier
+
+GIB = 1 << 30
+
+
+@dataclass(frozen=True)
+class SavedStats:
+    """What a store has done since it was made, and what each tier holds now."""
+
+    hits: int = 0  # roots resumed from a saved point
+    misses: int = 0  # roots looked up with no saved prefix
+    tokens_reused: int = 0  # positions resumed instead of computed
+    saved: int = 0  # points made
+    from_tier: dict[str, int] = field(default_factory=dict)  # hits by the tier they came from
+    bytes: dict[str, int] = field(default_factory=dict)  # per tier: bytes held now
+    points: dict[str, int] = field(default_factory=dict)  # per tier: points held now
+    evicted: dict[str, int] = field(default_factory=dict)  # per tier: points evicted
+    refused: dict[str, int] = field(default_factory=dict)  # checkpoints refused, by reason
+    write_failures: int = 0  # checkpoints that could not be written
+
+
+class SavedStates:
+    """`device`: where the engine reads points (a "gpu" tier there when it is CUDA); budgets in bytes."""
+
+    def __init__(self, scope: str, layout: PointLayout, device: torch.device, *, gpu_bytes: int = 4 * GIB,
+                 host_bytes: int = 8 * GIB, checkpoints: str | Path | None = None):
+        self.scope, self.layout, self.device = scope, layout, device
+        self.cuda = device.type == "cuda"
+        self.tiers = ([Tier("gpu", gpu_bytes)] if self.cuda else []) + [Tier("host", host_bytes)]
+        self.disk = Checkpoints(checkpoints, scope, layout) if checkpoints is not None else None
+        self.sessions: dict[str, list[str]] = {}  # session id -> keys of its points, latest last
+        self._lock = threading.Lock()
+        self._counts = {"hits": 0, "misses": 0, "tokens_reused": 0, "saved": 0}
+        self._from: dict[str, int] = {}
+
+    def find(self, tokens: Sequence[int] | np.ndarray, limit: int) -> SavedPoint | None:
+        """The longest saved prefix of `tokens` of at most `limit` positions, on the engine's device."""
+        blocks = min(limit, len(tokens)) // BLOCK
+        if blocks == 0:
+            return None
+        keys = prefix_keys(self.scope, tokens, blocks)
+        with self._lock:
+            for b in reversed(range(blocks)):
+                point, tier = self._get(keys[b])
+                if point is None:
+                    continue
+                if not np.array_equal(point.tokens.numpy(), np.asarray(tokens[: point.length])):
+                    continue  # a hash collision: not this prefix
+                self._counts["hits"] += 1
+                self._counts["tokens_reused"] += point.length
+                self._from[tier] = self._from.get(tier, 0) + 1
+                return point
+            self._counts["misses"] += 1
+        return None
+
+    def has(self, key: str) -> bool:
+        with self._lock:
+            return any(key in t for t in self.tiers) or (self.disk is not None and self.disk.has(key))
+
+    def save(self, point: SavedPoint, session: str | None = None) -> None:
+        with self._lock:
+            self._counts["saved"] += 1
+            if session is not None:
+                keys = self.sessions.setdefault(session, [])
+                if point.key not in keys:
+                    keys.append(point.key)
+            self._keep(0, point.to(self.device) if self.cuda else point)
+            if self.disk is not None:
+                self.disk.write(point)
+
+    def drop(self, session: str) -> None:
+        """Forget every point saved under a session, in every tier and on disk."""
+        with self._lock:
+            for key in self.sessions.pop(session, []):
+                for t in self.tiers:
+                    if key in t:
+                        t.pop(key)
+                if self.disk is not None:
+                    self.disk.remove(key)
+
+    def stats(self) -> SavedStats:
+        with self._lock:
+            tiers = list(self.tiers)
+            bytes_ = {t.name: t.nbytes for t in tiers}
+            points = {t.name: len(t) for t in tiers}
+            if self.disk is not None:
+                bytes_["disk"] = self.disk.nbytes()
+            return SavedStats(**self._counts, from_tier=dict(self._from), bytes=bytes_, points=points,
+                              evicted={t.name: t.evicted for t in tiers},
+                              refused=dict(self.disk.refused) if self.disk else {},
+                              write_failures=self.disk.write_failures if self.disk else 0)
+
+    # -- internals (the lock held) ---------------------------------------------------------------------------
+
+    def _get(self, key: str) -> tuple[SavedPoint | None, str]:
+        for i, t in enumerate(self.tiers):
+            point = t.get(key)
+            if point is not None:
+                if i > 0:  # promoted to the fastest tier
+                    t.pop(key)
+                    self._keep(0, point.to(self.device))
+                    point = self.tiers[0].get(key)
+                return point, t.name
+        if self.disk is not None and self.disk.has(key):
+            point = self.disk.read(key)
+            if point is not None:
+                self._keep(0, point.to(self.device) if self.cuda else point)
+                return self.tiers[0].get(key) or point, "disk"
+        return None, ""
+
+    def _keep(self, level: int, point: SavedPoint) -> None:
+        """Put `point` in tier `level`, moving what it evicts one tier down (host: to the host's memory)."""
+        pinned = {keys[-1] for keys in self.sessions.values() if keys}
+        for out in self.tiers[level].put(point, pinned):
+            if level + 1 < len(self.tiers):
+                self._keep(level + 1, out.to(torch.device("cpu"), pin=self.cuda))

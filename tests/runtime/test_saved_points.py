@@ -1,0 +1,76 @@
+"""The parts of saved states: prefix keys (a key covers exactly its blocks and its scope), a memory tier's
+LRU with pins and budget, a point's bytes as its layout counts them, and a held prefix packed as a stored
+root whose rows follow every computed row."""
+
+from __future__ import annotations
+
+import torch
+
+from flidec.runtime.binder import Plan, _pack
+from flidec.runtime.meta import CHUNK
+from flidec.runtime.saved.keys import BLOCK, prefix_keys
+from flidec.runtime.saved.point import PointLayout, SavedPoint
+from flidec.runtime.saved.tiers import Tier
+
+SCOPE = "ab" * 32
+
+
+def test_a_prefix_key_depends_on_its_blocks_and_scope_only() -> None:
+    tokens = list(range(5 * BLOCK + 7))
+    keys = prefix_keys(SCOPE, tokens, 5)
+    assert keys[:3] == prefix_keys(SCOPE, tokens[: 3 * BLOCK], 3)  # later tokens do not change a prefix's key
+    changed = list(tokens)
+    changed[2 * BLOCK + 1] += 1
+    other = prefix_keys(SCOPE, changed, 5)
+    assert other[:2] == keys[:2] and all(a != b for a, b in zip(other[2:], keys[2:], strict=True))
+    assert prefix_keys("cd" * 32, tokens, 5)[0] != keys[0]
+    assert len(set(keys)) == 5
+
+
+LAYOUT = PointLayout(attention_layers=2, gdn_layers=3, kv=(2, 4), state=(2, 4, 4), window=(3, 8),
+                     dtype=torch.bfloat16)
+
+
+def point(key: str, length: int = CHUNK) -> SavedPoint:
+    shapes = LAYOUT.shapes(length)
+    tensors = {name: torch.zeros(shape, dtype=dtype) for name, (shape, dtype) in shapes.items()}
+    return SavedPoint.from_tensors(key, length, tensors, LAYOUT)
+
+
+def test_a_points_bytes_are_its_layouts() -> None:
+    for length in (CHUNK, 3 * CHUNK):
+        assert point("a", length).nbytes == LAYOUT.nbytes(length)
+
+
+def test_a_tier_evicts_least_recently_used_unpinned_first_within_its_budget() -> None:
+    size = point("x").nbytes
+    tier = Tier("host", 3 * size)
+    for k in "abc":
+        assert tier.put(point(k), set()) == []
+    tier.get("a")  # now b is the least recently used
+    assert [p.key for p in tier.put(point("d"), set())] == ["b"]
+    assert [p.key for p in tier.put(point("e"), {"c"})] == ["a"]  # c is pinned: a goes instead
+    assert list(tier) == ["c", "d", "e"] and tier.nbytes == 3 * size and tier.evicted == 2
+    assert [p.key for p in tier.put(point("f"), {"c", "d", "e"})] == ["c"]  # the budget wins over pins
+    big = point("g", 4 * CHUNK)
+    assert tier.put(big, set()) == [big] and "g" not in tier  # larger than the budget: not kept
+
+
+def test_a_held_prefix_packs_as_a_stored_root_after_every_computed_row() -> None:
+    held = point("h", CHUNK)
+    held = SavedPoint(held.key, CHUNK, torch.arange(CHUNK), held.keys, held.values, held.states, held.windows)
+    resumed = Plan([list(range(CHUNK + 5)), [90, 91]], [-1, 0], [])
+    resumed.held = held
+    other = Plan([[7, 8, 9]], [-1], [])
+    stream, _, _, roots = _pack([(0, resumed), (1, other)], None)
+    meta = stream.meta
+    (stored,) = meta.stored
+    seg = meta.segments[stored]
+    assert (seg.start, seg.length, seg.pos0, seg.parent) == (5 + 2 + 3, CHUNK, 0, -1)
+    root = meta.segments[roots[0]]
+    assert (root.length, root.pos0, root.parent, root.level) == (5, CHUNK, stored, 1)
+    assert meta.live_rows == 10 and meta.num_rows == 10 + CHUNK
+    assert stream.tokens[10:].tolist() == list(range(CHUNK))  # the stored rows hold the point's tokens
+    assert stream.tokens[meta.segments[roots[0]].start:][:5].tolist() == list(range(CHUNK, CHUNK + 5))
+    assert meta.gdn_src[roots[0]] == stored and meta.gdn_chunk0[roots[0]] == CHUNK
+    assert meta.gdn_tail[roots[0]] == ()  # a point ends on a chunk boundary: nothing to recompute
