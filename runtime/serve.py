@@ -99,13 +99,18 @@ class Server:
     """Batches concurrent callers' instances onto one Program. Use as a context manager, or call close()."""
 
     def __init__(self, program: Runner, max_batch: int = 64, max_wait_s: float = 0.002, *,
-                 max_queue: int = 4096, max_batch_cost: int = 65536, max_overtake: int = 8):
+                 max_queue: int = 4096, max_batch_cost: int = 65536, max_overtake: int = 8,
+                 threads: int | None = None):
+        """`threads`: torch's intra-op threads in the worker (default: the caller's). One thread serves a CPU
+        box whose cores other work shares: torch's pool oversubscribed there runs 10-200x slower."""
         for name, value in (("max_batch", max_batch), ("max_queue", max_queue),
                             ("max_batch_cost", max_batch_cost)):
             if value < 1:
                 raise ValueError(f"Server {name}={value}: it must be at least 1")
         if max_overtake < 0 or max_wait_s < 0:
             raise ValueError("Server max_overtake and max_wait_s must be at least 0")
+        if threads is not None and threads < 1:
+            raise ValueError(f"Server threads={threads}: it must be at least 1")
         self.program = program
         self.max_batch = max_batch
         self.max_wait_s = max_wait_s
@@ -113,7 +118,7 @@ class Server:
         self.max_batch_cost = max_batch_cost
         self.max_overtake = max_overtake
         # a new thread may start with torch's default intra-op pool, not the caller's (4-5x slower on the CPU)
-        self._threads = torch.get_num_threads()
+        self._threads = threads or torch.get_num_threads()
         self._cond = threading.Condition()
         self._pending: list[_Request] = []  # in arrival order
         self._closed = False
