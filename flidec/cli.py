@@ -427,8 +427,67 @@ def _demo_model() -> str:
     return str(DEMO_MODEL)
 
 
+# ---- serve ----------------------------------------------------------------------------------------------
+
+
+def add_serve(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("serve", help="answer an artifact over HTTP: System One, Decisions and every tree "
+                       "(docs/SERVE.md)")
+    p.add_argument("artifact", metavar="ARTIFACT", help="an artifact directory (flidec compile -o)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
+    keys = p.add_mutually_exclusive_group()
+    keys.add_argument("--api-key", action="append", default=[], metavar="KEY",
+                      help="accept this Bearer key (repeatable); without keys any request is answered")
+    keys.add_argument("--api-key-file", action="append", default=[], metavar="F",
+                      help="accept the keys in F, one a line (repeatable)")
+    p.add_argument("--served-name", help="the model name responses report and requests may ask for "
+                   "(default: the model directory's name); jev-latest and jev-preview are accepted too")
+    p.add_argument("--checkpoints", metavar="DIR", help="saved states: also write every saved point to DIR, "
+                   "and resume from the points earlier processes wrote there")
+    p.add_argument("--device", type=device_name, help="cuda, cuda:N or cpu (default: cuda if there is one)")
+    p.add_argument("--dtype", choices=["fp32", "bf16"], help="cpu: the reference executor's dtype (default "
+                   "fp32); cuda: must be the artifact's own")
+    p.add_argument("--trust-weights", action="store_true", help="skip hashing the weights at load")
+    p.add_argument("--max-queue", type=int, default=1024, metavar="N",
+                   help="requests waiting for a run; past it 429 with Retry-After (default 1024)")
+    p.add_argument("--max-batch", type=int, default=64, metavar="N", help="instances a run (default 64)")
+    p.add_argument("--deadline", type=float, default=60.0, metavar="S",
+                   help="seconds from a request's arrival to its answer; past it 503 (default 60)")
+    p.add_argument("--max-body-bytes", type=int, default=8 << 20, metavar="B",
+                   help="request body limit, sent and decoded; past it 413 (default 8 MiB)")
+    p.add_argument("--threads", type=int, metavar="N",
+                   help="torch threads (default torch's); on a CPU shared with other work, 1")
+    p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    p.set_defaults(run=run_serve)
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    import torch
+
+    from flidec.runtime.http.main import ServeOptions, serve
+
+    if not Path(args.artifact).is_dir():
+        raise FlideError(f"{args.artifact}: not an artifact directory (flidec compile -o DIR makes one)")
+    for name in ("max_queue", "max_batch", "max_body_bytes", "threads"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise FlideError(f"--{name.replace('_', '-')} {value}: it must be at least 1")
+    if not args.deadline > 0:
+        raise FlideError(f"--deadline {args.deadline}: it must be a positive number of seconds")
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    serve(ServeOptions(Path(args.artifact), host=args.host, port=args.port, api_keys=tuple(args.api_key),
+                       api_key_files=tuple(args.api_key_file), served_name=args.served_name,
+                       checkpoints=args.checkpoints, device=device, dtype=args.dtype,
+                       trust_weights=args.trust_weights, max_queue=args.max_queue, max_batch=args.max_batch,
+                       deadline_s=args.deadline, max_body_bytes=args.max_body_bytes, threads=args.threads,
+                       log_level=args.log_level))
+    return 0
+
+
 COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_check, add_inspect, add_fmt, add_run,
-                                                                  add_compile]
+                                                                  add_compile, add_serve]
 
 if __name__ == "__main__":
     sys.exit(main())
