@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 import logging
 import signal
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +24,7 @@ from flidec.runtime.http.auth import Keys
 from flidec.runtime.http.service import Service, ServiceOptions
 from flidec.runtime.program import Program, load
 
-log = logging.getLogger("flidec.serve")
+log = logging.getLogger("uvicorn.error")  # uvicorn's own log: shown at its --log-level
 
 
 @dataclass(frozen=True)
@@ -49,8 +50,12 @@ class ServeOptions:
 
 def loader(o: ServeOptions) -> Callable[[], Program]:
     def load_program() -> Program:
-        return load(o.artifact, o.device, dtype=o.dtype, served_name=o.served_name,
-                    verify_weights=not o.trust_weights, checkpoints=o.checkpoints)
+        start = time.monotonic()
+        program = load(o.artifact, o.device, dtype=o.dtype, served_name=o.served_name,
+                       verify_weights=not o.trust_weights, checkpoints=o.checkpoints)
+        log.info("flidec serve: %s loaded on %s in %.1f s, serving %s as %r", o.artifact, o.device,
+                 time.monotonic() - start, ", ".join(program.trees), program.served_name)
+        return program
     return load_program
 
 
