@@ -20,6 +20,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
@@ -33,6 +34,7 @@ from flidec.runtime.http.service import Service
 from flidec.runtime.http.systemone import checked_instance, systemone_instance, wire_tree
 
 JSON = "application/json"
+INLINE_BYTES = 64 << 10  # bodies parsed on the event loop; larger or compressed ones in a worker thread
 ROUTES = ("/v1/systemone", "/v1/decisions", "/v1/models", "/health", "/metrics")
 REQUEST_ID = re.compile(r"[A-Za-z0-9._:/+=-]{1,128}")
 STATUS_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
@@ -150,7 +152,14 @@ def create_app(service: Service, options: AppOptions = AppOptions()) -> FastAPI:
     async def body_of(request: Request) -> Any:
         options.keys.check(request.headers.get("authorization"))
         raw = await read_body(request, options.max_body_bytes, options.body_timeout_s)
-        return parse_json(decode(raw, request.headers.get("content-encoding"), options.max_body_bytes))
+        encoding = request.headers.get("content-encoding")
+
+        def parsed() -> Any:
+            return parse_json(decode(raw, encoding, options.max_body_bytes))
+
+        if len(raw) < INLINE_BYTES and not encoding:
+            return parsed()
+        return await run_in_threadpool(parsed)  # a large body is not parsed on the event loop
 
     def arrived(request: Request) -> float:
         return request.scope.get("flidec", {}).get("arrived", time.monotonic())
