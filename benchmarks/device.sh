@@ -2,7 +2,8 @@
 # One device call on the H200 (benchmarks/README.md): the GPU test tier, then the side-by-side benchmark.
 # Run from the repo root there with `carry: [".whl"]`:  bash benchmarks/device.sh COMMIT [BUDGET_S] [ENGINES] [WORKLOADS]
 # Writes gpu-tests.log, profile.json (benchmarks/profile_runtime.py), bench.log, the results JSON and PNG under $OUT.
-# The GPU tests (GPU_TESTS=0 skips them) are capped at 150 s and the profile at 150 s so the benchmark always runs; BUDGET_S (default 380)
+# The GPU tests (GPU_TESTS=0 skips them) are capped at GPU_TESTS_S (150 s) and the profile at 150 s so the benchmark always runs;
+# AGENT=1 runs the agent workload (benchmarks/agent.py, AGENT_S 400 s) instead of the profile and the harness; BUDGET_S (default 380)
 # is the benchmark's whole budget, checkpoint and compiles included.
 set -uo pipefail
 COMMIT=${1:?usage: bash benchmarks/device.sh COMMIT [BUDGET_S] [ENGINES] [WORKLOADS]}
@@ -16,7 +17,12 @@ python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile
 export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
 python3 -c "import torch, triton, transformers; print('torch', torch.__version__, 'triton', triton.__version__, 'transformers', transformers.__version__)" | tee -a "$OUT/gpu.txt"
-[ "${GPU_TESTS:-1}" = 0 ] || timeout 150 python3 -P -m pytest -m gpu -q -p no:cacheprovider --durations=8 -s tests/codegen tests/runtime 2>&1 | tee "$OUT/gpu-tests.log"
+[ "${GPU_TESTS:-1}" = 0 ] || timeout "${GPU_TESTS_S:-150}" python3 -P -m pytest -m gpu -q -p no:cacheprovider --durations=8 -s tests/codegen tests/runtime 2>&1 | tee "$OUT/gpu-tests.log"
+if [ "${AGENT:-0}" != 0 ]; then  # the agent workload (benchmarks/agent.py) instead of the profile and the harness
+  timeout "${AGENT_S:-400}" python3 benchmarks/agent.py --model /tmp/qwen35-0.8b --variants "${AGENT_VARIANTS:-planner,systemone}" \
+    --engines "${AGENT_ENGINES:-flidec,flide,flide-session}" --out "$OUT/agent.json" 2>&1 | tee "$OUT/agent.log"
+  exit 0
+fi
 timeout 150 python3 benchmarks/profile_runtime.py --model /tmp/qwen35-0.8b --workloads "quality,quality*4,race,race*8,mixed" --out "$OUT/profile.json" 2>&1 | tee "$OUT/profile.log"
 python3 benchmarks/run.py --model /tmp/qwen35-0.8b --engines "$ENGINES" --workloads "$WORKLOADS" \
   --time-budget-s "$BUDGET" --results-dir "$OUT" --commit "$COMMIT" 2>&1 | tee "$OUT/bench.log"

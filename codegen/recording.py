@@ -20,7 +20,7 @@ import torch
 import torch.fx
 import torch.nn.functional as F
 
-from flidec.codegen import attention, conv, gdn, gemm, pointwise
+from flidec.codegen import attention, conv, gdn, gemm, pointwise, saved_rows
 from flidec.codegen.gdn_out import gdn_out_kernel
 from flidec.codegen.gdn_prep import gdn_prep_kernel
 from flidec.codegen.gdn_walk import gdn_state_kernel
@@ -37,6 +37,7 @@ from flidec.runtime.tables import FillRequest, fill_meta
 
 ALIGN = 256  # byte alignment of every arena buffer (the kernels assume 16)
 VIEW_OPS = {"getitem", "reshape", "view", "float", "contiguous"}
+SAVED_ROWS_OP = "saved_rows"  # the op of the steps restoring and capturing saved points (saved_rows.py)
 
 
 # ---- emitters ---------------------------------------------------------------------------------------------
@@ -51,6 +52,21 @@ class EmitContext:
     derived: dict[str, tuple[tuple[int, ...], torch.dtype, str]] = field(default_factory=dict)
     tensors: dict[str, torch.Tensor] = field(default_factory=dict)
     scratches: dict[str, torch.Tensor] = field(default_factory=dict)
+    staging: dict[str, torch.Tensor] = field(default_factory=dict)
+    ordinals: dict[str, int] = field(default_factory=dict)
+
+    def ordinal(self, kind: str) -> int:
+        """This op's index among the ops of its kind emitted so far: its layer among the layers of its kind
+        (the graph calls them in layer order, as the reference executor counts them)."""
+        n = self.ordinals.get(kind, 0)
+        self.ordinals[kind] = n + 1
+        return n
+
+    def saved(self, name: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        """A saved-point staging buffer (region "saved"): outside the arena, the engine's, shared by every
+        recording of the artifact by name (codegen/saved_rows.py)."""
+        t = self.staging.setdefault(name, torch.empty(shape, dtype=dtype, device="meta"))
+        return self._same(t, name, shape, dtype)
 
     def table(self, name: str, shape: tuple[int, ...], dtype: torch.dtype, fill: str) -> torch.Tensor:
         if name not in self.tensors:
@@ -129,20 +145,47 @@ def _gemm_silu_mul(ctx: EmitContext, out: torch.Tensor, x: torch.Tensor, w_gate:
                        spec.constexprs(), t.num_warps, t.num_stages)]
 
 
+def _saved_copies(ctx: EmitContext, kind: str, i: int, parts: dict[str, torch.Tensor], rows: tuple[str, str],
+                  staged_rows: int) -> list[KernelCall]:
+    """Restore the stream's stored roots into each arena part ([rows, D] views) from its staging, then
+    capture its saved points out of it (codegen/saved_rows.py); `rows` names the two maps' fill rules."""
+    restore = ctx.table(rows[0], (staged_rows,), torch.int32, rows[0])
+    capture = ctx.table(rows[1], (staged_rows,), torch.int32, rows[1])
+    calls = []
+    for part, x in parts.items():
+        staged = ctx.saved(f"saved.{kind}.{i}.{part}", (staged_rows, x.shape[1]), x.dtype)
+        calls.append(saved_rows.emit_copy_rows(staged, x, restore, scatter=True))
+    for part, x in parts.items():
+        staged = ctx.saved(f"capture.{kind}.{i}.{part}", (staged_rows, x.shape[1]), x.dtype)
+        calls.append(saved_rows.emit_copy_rows(x, staged, capture, scatter=False))
+    return calls
+
+
+def _flat(t: torch.Tensor) -> torch.Tensor:
+    """[rows, ...] as [rows, D] rows, a view (ValueError when it is not one)."""
+    flat = t.flatten(1) if t.dim() > 2 else t
+    if flat.dim() != 2 or (flat is not t and flat._base is None) or flat.stride(1) != 1:
+        raise ValueError(f"saved points copy rows of {tuple(t.shape)} with strides {t.stride()}: not rows")
+    return flat
+
+
 def _attention(ctx: EmitContext, out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                gate: torch.Tensor, segments: torch.Tensor) -> list[KernelCall]:
     b = ctx.bucket
     o = out.view(q.shape)
-    spec = attention.attention_spec(q, k, v, gate, o, b.depth)
+    depth = tables.path_table_depth(b)
+    spec = attention.attention_spec(q, k, v, gate, o, depth)
     bm = spec.tiles.block_m
     tiles = ctx.table(f"query_tiles_{bm}", (tables.max_query_tiles(b.rows, b.segments, bm), 4), torch.int32,
                       f"query_tiles(block_m={bm})")
-    levels = ctx.table("path_levels", (b.segments, b.depth, 2), torch.int32, "path_levels")
+    levels = ctx.table("path_levels", (b.segments, depth, 2), torch.int32, "path_levels")
     t = spec.tiles
     sig = spec.signature()
-    return [KernelCall(attention.fork_attention_kernel, spec.grid(tiles.shape[0]),
-                       (q, k, v, gate, o, tiles, levels, spec.head_dim ** -0.5), sig, spec.constexprs(),
-                       t.num_warps, t.num_stages)]
+    copies = _saved_copies(ctx, "attention", ctx.ordinal("attention"), {"keys": _flat(k), "values": _flat(v)},
+                           ("stored_rows", "capture_rows"), b.rows)
+    return copies + [KernelCall(attention.fork_attention_kernel, spec.grid(tiles.shape[0]),
+                                (q, k, v, gate, o, tiles, levels, spec.head_dim ** -0.5), sig,
+                                spec.constexprs(), t.num_warps, t.num_stages)]
 
 
 def _conv(ctx: EmitContext, out: torch.Tensor, x: torch.Tensor, w: torch.Tensor, conv_prev: torch.Tensor
@@ -150,8 +193,11 @@ def _conv(ctx: EmitContext, out: torch.Tensor, x: torch.Tensor, w: torch.Tensor,
     spec = conv.conv_spec(x, w, out)
     taps = ctx.table("conv_taps", (ctx.bucket.rows, conv.CONV_TAPS), torch.int32, "conv_taps")
     t = spec.tiles
-    return [KernelCall(conv.fork_conv_kernel, spec.grid(taps.shape[0]), (x, w, out, taps, _live_rows(ctx, x)),
-                       spec.signature(), spec.constexprs(), t.num_warps, t.num_stages)]
+    copies = _saved_copies(ctx, "gdn", ctx.ordinal("conv"), {"window": _flat(x)},
+                           ("stored_windows", "capture_windows"), tables.MAX_SAVED * (conv.CONV_TAPS - 1))
+    return copies + [KernelCall(conv.fork_conv_kernel, spec.grid(taps.shape[0]),
+                                (x, w, out, taps, _live_rows(ctx, x)), spec.signature(), spec.constexprs(),
+                                t.num_warps, t.num_stages)]
 
 
 def _gdn(ctx: EmitContext, out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -199,9 +245,20 @@ def _gdn_calls(ctx: EmitContext, out: torch.Tensor, q: torch.Tensor, k: torch.Te
                            for part, shape, dtype in zip(gdn.ChunkWork.PARTS, shapes, dtypes, strict=True)))
     if not fused:  # the unfused prep never reads a_log_ptr / dt_bias_ptr: g fills their (typed) slots
         a_log = dt_bias = g
-    return [KernelCall(c.kernel, c.grid, c.args, c.signature, c.constexprs, c.num_warps, c.num_stages)
-            for c in spec.calls(chunks, b.depth, per_level, q, k, v, g, beta, a_log, dt_bias, items, tails,
-                                chunk_table, work, out, slots, *(norm or ()))]
+    # a stored root's state goes into its slot before the first walk; a saved point's is the state entering
+    # the chunk that starts at its end, which the walks write into the chunk states
+    i, per = ctx.ordinal("gdn"), spec.num_v_heads * spec.key_dim
+    rows = (tables.MAX_SAVED * per,)
+    restore = ctx.table("stored_states", rows, torch.int32, f"stored_states(per={per})")
+    capture = ctx.table("capture_states", rows, torch.int32, f"capture_states(per={per},{capacity})")
+    staged = ctx.saved(f"saved.gdn.{i}.state", (rows[0], spec.value_dim), torch.float32)
+    captured = ctx.saved(f"capture.gdn.{i}.state", (rows[0], spec.value_dim), torch.float32)
+    states = work.states.view(-1, spec.value_dim)
+    calls = [saved_rows.emit_copy_rows(staged, slots.view(-1, spec.value_dim), restore, scatter=True)]
+    calls += [KernelCall(c.kernel, c.grid, c.args, c.signature, c.constexprs, c.num_warps, c.num_stages)
+              for c in spec.calls(chunks, b.depth, per_level, q, k, v, g, beta, a_log, dt_bias, items, tails,
+                                  chunk_table, work, out, slots, *(norm or ()))]
+    return calls + [saved_rows.emit_copy_rows(states, captured, capture, scatter=False)]
 
 
 def _pw(fn: Callable[..., KernelCall]) -> Emitter:
@@ -216,7 +273,7 @@ register_emitter(ops.linear, _gemm, (gemm.gemm_kernel, gemm.gemm_tma_kernel))
 register_emitter(op_table.linear_group, _gemm_group, (gemm.gemm_group_kernel, gemm.gemm_group_tma_kernel))
 register_emitter(op_table.linear_silu_mul, _gemm_silu_mul,
                  (gemm.gemm_silu_mul_kernel, gemm.gemm_silu_mul_tma_kernel))
-register_emitter(op_table.fork_conv_static, _conv, (conv.fork_conv_kernel,))
+register_emitter(op_table.fork_conv_static, _conv, (conv.fork_conv_kernel, saved_rows.copy_rows_kernel))
 register_emitter(op_table.fork_gdn_static, _gdn, (gdn_prep_kernel, gdn_state_kernel, gdn_out_kernel))
 register_emitter(op_table.fork_gdn_gated, _gdn_gated, ())
 register_emitter(op_table.fork_gdn_normed, _gdn_normed, ())
@@ -330,6 +387,8 @@ def _assemble(gm, bucket, env, runner, ctx, inputs, calls, output) -> Recording:
         add(name, ctx.tensors[name], "meta", fill)
     for name, t in ctx.scratches.items():
         add(name, t, "activation")
+    for name, t in ctx.staging.items():
+        add(name, t, "saved")
     for node in gm.graph.nodes:
         value = env.get(node)
         if node.op == "get_attr":
@@ -361,7 +420,8 @@ def _assemble(gm, bucket, env, runner, ctx, inputs, calls, output) -> Recording:
             spec = KernelSpec(c.name, tuple(c.signature.items()), tuple(c.constexprs.items()), c.num_warps,
                               c.num_stages)
             kernels[spec.key] = spec
-            steps.append(Step(node.name, name, spec.key, tuple(c.grid), tuple(arg(a) for a in c.args)))
+            op = SAVED_ROWS_OP if c.kernel is saved_rows.copy_rows_kernel else name  # a saved point's copy
+            steps.append(Step(node.name, op, spec.key, tuple(c.grid), tuple(arg(a) for a in c.args)))
     out_name = roots[id(output)]
     arena = _allocate(buffers, steps, out_name)
     constants = tuple((n, tuple(runner.constants[n].flatten().tolist())) for n in sorted(runner.constants))
@@ -384,7 +444,7 @@ def _allocate(buffers: dict[str, Buffer], steps: list[Step], output: str) -> tup
     placed: dict[str, Buffer] = {}
     top = 0
     for name, b in buffers.items():
-        if b.region in ("weight", "constant"):
+        if b.region in ("weight", "constant", "saved"):
             placed[name] = b
             continue
         if b.region == "activation" and name not in first:
@@ -411,18 +471,28 @@ def fill_tables(rec: Recording, tokens: torch.Tensor, meta: StreamMeta) -> dict[
     return fill_meta(requests, tokens, meta, rec.bucket)
 
 
-def play(rec: Recording, tokens: torch.Tensor, meta: StreamMeta, weights: Mapping[str, torch.Tensor]
-         ) -> torch.Tensor:
+def play(rec: Recording, tokens: torch.Tensor, meta: StreamMeta, weights: Mapping[str, torch.Tensor],
+         saved: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
     """Run the recording eagerly on one stream (bucket-padded): returns the output buffer, [reads, labels].
-    The arena starts NaN-poisoned (all bits set), so a kernel reading bytes nothing wrote fails."""
+    The arena starts NaN-poisoned (all bits set), so a kernel reading bytes nothing wrote fails. `saved`:
+    the staging buffers by name (region "saved"), read and written in place; missing ones are made
+    (NaN-poisoned too). The saved-point copies run only for a stream that has stored roots or captures, as
+    the engine replays them."""
     device = torch.device("cpu")
     arena = torch.full((rec.arena_bytes,), 0xFF, dtype=torch.uint8)
     by_name = {b.name: b for b in rec.buffers}
     consts = {n: torch.tensor(v, dtype=torch.float32) for n, v in rec.constants}
+    saved = {} if saved is None else saved
+    for b in rec.buffers:
+        if b.region == "saved" and b.name not in saved:
+            saved[b.name] = torch.full((b.nbytes,), 0xFF, dtype=torch.uint8).view(b.torch_dtype).view(b.shape)
+    copies = bool(meta.stored or meta.captures)
 
     def storage(name: str) -> torch.Tensor:
         b = by_name[name]
         dtype = b.torch_dtype
+        if b.region == "saved":
+            return saved[name].reshape(-1)
         if b.region == "weight":
             return weights[name].reshape(-1)
         if b.region == "constant":
@@ -440,6 +510,8 @@ def play(rec: Recording, tokens: torch.Tensor, meta: StreamMeta, weights: Mappin
         if not step.kernel:
             raise RuntimeError(f"step {step.node}: {step.op} has no kernel")
         spec = kernels[step.kernel]
+        if spec.name == saved_rows.copy_rows_kernel.__name__ and not copies:
+            continue
         args = [tensor(a) if a.buffer else a.value for a in step.args]
         pointwise.eager.launch(JIT_KERNELS[spec.name], step.grid, *args, device=device,
                                **dict(spec.constexprs))

@@ -27,7 +27,7 @@ from flidec.ir.errors import ArtifactError
 
 # 3: kernels that take Triton's global scratch (device-built TMA descriptors); 4: `files` lists every file (a
 # file not listed is refused) and `model.weight_sha256` pins each weight file, checked at load
-FORMAT = 4
+FORMAT = 5
 WEIGHT_SUFFIXES = (".safetensors", ".safetensors.index.json")  # what `verify_weights=False` leaves unhashed
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
@@ -139,7 +139,7 @@ def load_manifest(directory: str | Path, target: str | None = None, allow_incomp
         raise ArtifactError(f"{path}: unreadable manifest ({e})") from None
     fmt = manifest.get("flidec_artifact") if isinstance(manifest, dict) else None
     if fmt != FORMAT or isinstance(fmt, bool):
-        why = "; recompile it" + (" (format 4 lists and hashes every file, weights included)"
+        why = "; recompile it" + (" (format 5 recordings restore and capture saved states)"
                                   if isinstance(fmt, int) and fmt < FORMAT else "")
         raise ArtifactError(f"{path}: artifact format {fmt!r}, this runtime reads format {FORMAT}{why}")
     versions = manifest.get("versions")

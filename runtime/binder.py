@@ -127,13 +127,14 @@ class Plan:
     """One instance's segments before packing (parents before children, local indices). `state_end`: how
     many of the root's ids come through the end of the state's text (0: not known). `held`: the saved
     state holding the root's first positions, or None; packed, it is a stored root (StreamMeta.stored) and
-    the root's other ids its child."""
+    the root's other ids its child. `save`: the saved point to make (StreamMeta.captures)."""
 
     ids: list[list[int]] = field(default_factory=list)
     parents: list[int] = field(default_factory=list)
     reads: list[tuple[int, AskPieceLike, str]] = field(default_factory=list)  # (segment, piece, path)
     state_end: int = 0
     held: Held | None = None
+    save: int = 0  # positions of the saved point its stream makes from its root's path (0: none)
 
     def segment(self, ids: Sequence[int], parent: int, *, adopt: bool = False) -> int:
         """A new segment of `ids` under `parent` (-1: a root); `adopt`: `ids` is a fresh list the plan keeps
@@ -174,7 +175,7 @@ def merge_chains(plan: Plan) -> Plan:
         else:
             at.append(out.segment(plan.ids[j], at[p] if p >= 0 else -1))
     out.reads = [(at[seg], piece, path) for seg, piece, path in plan.reads]
-    out.state_end, out.held = plan.state_end, plan.held
+    out.state_end, out.held, out.save = plan.state_end, plan.held, plan.save
     return out
 
 
@@ -372,6 +373,7 @@ def _pack(plans: list[tuple[int, Plan]], rows: int | None
             sites.append(Site(i, path, piece))
             lengths.append(s.end)
     stored = tuple(n for n, (_, _, j) in enumerate(entries) if j == HELD)
-    meta = build_meta(tuple(segments), tuple(reads), num_rows, stored)
     roots = [index[k, 0] for k in range(len(plans))]
+    captures = tuple((roots[k], plan.save) for k, (_, plan) in enumerate(plans) if plan.save)
+    meta = build_meta(tuple(segments), tuple(reads), num_rows, stored, captures)
     return Stream(torch.from_numpy(tokens), meta), tuple(sites), lengths, roots

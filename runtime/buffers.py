@@ -84,7 +84,8 @@ class MetaStage:
 
 
 class DeviceBuffers:
-    """The storage every recording of an artifact points into: one arena, the weights, the constant tables."""
+    """The storage every recording of an artifact points into: one arena, the weights, the constant tables,
+    and the saved-point staging buffers (each as large as the largest recording's, rows first)."""
 
     def __init__(self, recordings: Mapping[Any, Recording], weights: Mapping[str, torch.Tensor],
                  device: torch.device):
@@ -92,6 +93,19 @@ class DeviceBuffers:
         self.arena = torch.empty(max((r.arena_bytes for r in recordings.values()), default=0),
                                  dtype=torch.uint8, device=device)
         self.tensors: dict[str, torch.Tensor] = {}  # weights and constants, in their recorded dtypes
+        staging: dict[str, tuple[int, tuple[int, ...], torch.dtype]] = {}
+        for key, rec in recordings.items():
+            for b in rec.buffers:
+                if b.region != "saved":
+                    continue
+                rows, rest = b.shape[0], b.shape[1:]
+                have = staging.get(b.name)
+                if have is not None and (have[1:] != (rest, b.torch_dtype)):
+                    raise ArtifactError(f"recording {key}: staging buffer {b.name} is {b.dtype} "
+                                        f"{list(b.shape)}, another recording's differs past its rows")
+                staging[b.name] = (max(rows, have[0] if have else 0), rest, b.torch_dtype)
+        self.saved = {name: torch.zeros((rows, *rest), dtype=dtype, device=device)
+                      for name, (rows, rest, dtype) in sorted(staging.items())}
         for key, rec in recordings.items():
             consts = dict(rec.constants)
             for b in rec.buffers:
@@ -121,6 +135,8 @@ class DeviceBuffers:
         size = b.torch_dtype.itemsize
         if b.region in ("meta", "activation"):
             return self.arena.data_ptr() + b.offset + arg.offset * size
+        if b.region == "saved":
+            return self.saved[b.name].data_ptr() + arg.offset * size
         return self.tensors[b.name].data_ptr() + arg.offset * size
 
     def output(self, rec: Recording) -> torch.Tensor:

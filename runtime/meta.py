@@ -63,6 +63,9 @@ class StreamMeta:
     # roots whose positions a saved state holds (runtime/saved): their rows, after every computed row, are
     # never computed; the fork ops read their keys, values, conv window and GDN state from the saved point
     stored: tuple[int, ...] = ()
+    # saved points the stream makes: (segment, positions) of each, the first `positions` positions of the
+    # path ending in that segment (a multiple of CHUNK, past its stored ancestor's, before its end)
+    captures: tuple[tuple[int, int], ...] = ()
 
     @property
     def live_rows(self) -> int:
@@ -129,9 +132,9 @@ def path_chains(ancestors: Sequence[tuple[int, ...]], depth: int) -> np.ndarray:
 
 
 def build_meta(segments: tuple[Segment, ...], reads: tuple[Read, ...], num_rows: int,
-               stored: tuple[int, ...] = ()) -> StreamMeta:
+               stored: tuple[int, ...] = (), captures: tuple[tuple[int, int], ...] = ()) -> StreamMeta:
     """Derive the full meta of a stream of `num_rows` rows (rows outside every segment are padding);
-    `stored`: the roots a saved state holds (StreamMeta.stored).
+    `stored`, `captures`: the roots a saved state holds and the saved points to make (StreamMeta).
     Per-row tables are numpy expressions over all segments at once; only the few rows per segment that
     reach back into its ancestors (conv taps, the GDN tail) are looked up segment by segment."""
     segments = tuple(segments)
@@ -212,6 +215,7 @@ def build_meta(segments: tuple[Segment, ...], reads: tuple[Read, ...], num_rows:
         read_labels=torch.from_numpy(read_labels),
         read_nlabels=torch.from_numpy(np.array([len(r.labels) for r in reads], dtype=np.int64)),
         stored=tuple(stored),
+        captures=tuple(captures),
     )
 
 

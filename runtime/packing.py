@@ -18,6 +18,7 @@ from flidec.ir.program import Bucket, TreeProgram
 from flidec.ir.template import Sizes
 from flidec.runtime.binder import Plan
 from flidec.runtime.split import combine, fits
+from flidec.runtime.tables import MAX_SAVED
 
 FIXED_ROWS = 1024
 
@@ -30,20 +31,28 @@ class Piece:
     plan: Plan
     sizes: Sizes
     reads: tuple[int, ...]  # the instance's read index of each of the plan's reads, in order
-    save: int = 0  # positions of the saved point its stream captures from its root (0: none)
+
+
+def _saved_fit(pieces: list[Piece]) -> bool:
+    """At most MAX_SAVED stored roots and as many saved points in one stream (a bucket stages that many)."""
+    held = sum(getattr(p.plan, "held", None) is not None for p in pieces)
+    saves = sum(getattr(p.plan, "save", 0) > 0 for p in pieces)
+    return held <= MAX_SAVED and saves <= MAX_SAVED
 
 
 def pack_streams(pieces: Iterable[Piece], ladder: TreeProgram) -> Iterator[tuple[list[Piece], Bucket | None]]:
     """The pieces in streams, in order, each stream in the smallest bucket that holds it. Consecutive pieces
     are gathered while together they fit the largest bucket; once the next one would not (or none is left),
     a stream takes the prefix of the gathered pieces that costs least per used row, (its bucket's rows +
-    FIXED_ROWS) / its rows, the longer on a tie, and the rest stay gathered. Taking them all would often land
+    FIXED_ROWS) / its rows, the longer on a tie, and the rest stay gathered. A stream takes at most
+    MAX_SAVED stored roots and MAX_SAVED saved points (runtime/tables.py). Taking them all would often land
     just past a rung of the ladder: six QuALITY-like instances of 6,106 rows (36,636) pad r49152 by a quarter
     where four fill r24576. A piece that fits no bucket (reference engine only) goes alone (bucket None).
     Only the gathered pieces are held, so each piece is planned just before the stream that needs it."""
     group: list[Piece] = []
     for p in chain(pieces, [None]):  # None: the end, which sends whatever is gathered
-        while group and (p is None or not fits(need([*group, p]), ladder.largest)):
+        while group and (p is None or not fits(need([*group, p]), ladder.largest)
+                         or not _saved_fit([*group, p])):
             k, bucket = cheapest_prefix(group, ladder)
             yield group[:k], bucket
             group = group[k:]

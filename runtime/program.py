@@ -5,6 +5,8 @@ bucket ladder), the tokenizer and the weights, and makes the engine (runtime/eng
 each instance from its template (tokenizing only the bound text; runtime/templates.py), splits what is over
 the largest bucket (runtime/split.py), packs the pieces into streams (runtime/packing.py), runs them on the
 engine, pipelined, and returns per instance its answer object (runtime/answers.py) or `{"error": {...}}`.
+On an engine that resumes, a plan's root starts from its longest saved prefix and a resumable state saves
+a new point (runtime/saved).
 Imports torch, numpy, tokenizers, safetensors and flidec.ir / flidec.runtime / flidec.models only: never
 Triton, lark or the compiler's packages.
 """
@@ -27,6 +29,7 @@ from flidec.ir.program import Bucket, TreeProgram
 from flidec.ir.program_printer import parse_program
 from flidec.ir.serde import spec_from_json
 from flidec.ir.tree import Tree
+from flidec.models.config import TextConfig
 from flidec.models.tokenizer import load_tokenizer
 from flidec.models.weights import load_weights
 from flidec.runtime.answers import answer_instance
@@ -40,7 +43,7 @@ from flidec.runtime.packing import Piece, pack_streams
 from flidec.runtime.recording import MODEL_DTYPES as DTYPES
 from flidec.runtime.recording import Recording, read_recording
 from flidec.runtime.saved.keys import scope_of
-from flidec.runtime.saved.point import SavedPoint
+from flidec.runtime.saved.point import PointLayout, SavedPoint
 from flidec.runtime.saved.resume import Session, make_point, resume, save_length, split_session
 from flidec.runtime.saved.store import GIB, SavedStates, SavedStats
 from flidec.runtime.split import fits, misfit, plan_sizes, split_plan, stream_sizes
@@ -168,11 +171,12 @@ class Program:
 
     # -- internals -------------------------------------------------------------------------------------------
 
-    def _submit(self, tree: str, bucket: Bucket | None, stream: Stream, held: Sequence[SavedPoint] = (),
-                capture: Sequence[tuple[int, int]] = ()) -> Pending:
+    def _submit(self, tree: str, bucket: Bucket | None, stream: Stream, held: Sequence[SavedPoint] = ()
+                ) -> Pending:
         assert bucket is not None or not self.engine.needs_bucket
         with self._lock:
-            pending = self.engine.submit(tree, bucket, stream, held, capture) if held or capture else \
+            saving = held or stream.meta.captures
+            pending = self.engine.submit(tree, bucket, stream, held) if saving else \
                 self.engine.submit(tree, bucket, stream)
             meta = stream.meta
             used = sum(seg.length for i, seg in enumerate(meta.segments) if i not in meta.stored)
@@ -192,8 +196,7 @@ class Program:
         for group, bucket in pack_streams(self._pieces(instances, t, answered, errors), t.program):
             bound = bound_from_plans(t.tree, self.fmt, group, lambda p: (p.plan, None))
             held = [p.plan.held for p in group if p.plan.held is not None]  # meta.stored's order
-            capture = [(bound.roots[k], p.save) for k, p in enumerate(group) if p.save]
-            waiting.append((group, bound, self._submit(t.tree.name, bucket, bound.stream, held, capture)))
+            waiting.append((group, bound, self._submit(t.tree.name, bucket, bound.stream, held)))
             if len(waiting) > 1:
                 self._gather(*waiting.popleft(), answered)
         while waiting:
@@ -230,22 +233,25 @@ class Program:
                 errors[i] = e
                 continue
             a = answered[i] = _Answered(plan, shape, [None] * len(plan.reads), session=session)
-            save = 0
             store = self._store
-            if store is not None and parts is whole:  # a split plan runs fresh (its parts share a root)
+            # a split plan runs fresh (its parts share a root), and so does one with no room for a stored root
+            grown = replace(sizes, segments=sizes.segments + 1)
+            room = not self.engine.needs_bucket or fits(grown, t.largest)
+            if store is not None and parts is whole and room:
                 a.reused = resume(plan, store)
                 if t.tree.state.resumable or session is not None:
-                    save = save_length(plan, store)
+                    plan.save = save_length(plan, store)
+                sizes = plan_sizes(plan)
             for p, reads in parts:
                 if p is not plan:  # a sub-plan can keep one child of a parent that had several: a chain again
                     p = merge_chains(p)
-                yield Piece(i, p, sizes if p is plan else plan_sizes(p), reads, save)
+                yield Piece(i, p, sizes if p is plan else plan_sizes(p), reads)
 
     def _gather(self, group: list[Piece], bound: BoundStream, pending: Pending,
                 answered: dict[int, _Answered]) -> None:
         """Route a stream's logits rows to its instances (_route) and keep the saved points it captured."""
         _route(group, bound, pending, answered)
-        saving = [p for p in group if p.save]
+        saving = [p for p in group if p.plan.save]  # meta.captures' order
         for piece, captured in zip(saving, pending.captured, strict=True):
             assert self.saved is not None
             session = answered[piece.index].session
@@ -325,6 +331,10 @@ def load(artifact: str | Path, device: str | torch.device = "cuda", *, dtype: st
     for name, gib in (("gpu_budget_gib", gpu_budget_gib), ("host_budget_gib", host_budget_gib)):
         if not gib >= 0:
             raise FlideError(f"{name}={gib}: a budget is a number of GiB, at least 0")
+    if checkpoints is not None and not (saved_states and engine.resumes):
+        why = ("saved states are off (saved_states=False)" if not saved_states else
+               "this engine does not resume yet (the GPU recordings; docs/SAVED_STATES.md)")
+        raise FlideError(f"checkpoints={checkpoints}: {why}; leave the checkpoint directory out")
     saved = None
     if saved_states and engine.resumes:
         saved = SavedStates(scope_of(manifest, engine.name), engine.layout, device,  # type: ignore[attr-defined]
@@ -353,9 +363,11 @@ def _graph_engine(directory: Path, manifest: Mapping[str, Any], model_dir: Path,
         names = ", ".join(sorted(k for k, v in DTYPES.items() if v in dtypes))
         raise ArtifactError(f"{directory}: dtype {dtype}: this {manifest['target']} artifact's kernels run "
                             f"{names or 'no known dtype'}; leave the dtype out or recompile")
-    weights = load_weights(model_dir, torch.float32 if torch.float32 in dtypes else torch.bfloat16)
+    weight_dtype = torch.float32 if torch.float32 in dtypes else torch.bfloat16
+    weights = load_weights(model_dir, weight_dtype)
     if launcher is None:
         from flidec.runtime.launch import CudaLauncher
 
         launcher = CudaLauncher()
-    return GraphEngine(plans, kernels, weights, device, launcher, graphs)
+    layout = PointLayout.of(TextConfig.from_dir(model_dir), weight_dtype)  # activations: the weights' dtype
+    return GraphEngine(plans, kernels, weights, device, launcher, graphs, layout)

@@ -44,8 +44,9 @@ def numpy_type(name: str) -> type:
 @dataclass(frozen=True, slots=True)
 class Buffer:
     """One buffer of a recording. `region`: weight (a parameter, by name), constant (values in the
-    recording), meta (the binder fills it by the rule `fill` names, runtime/tables.py) or activation. Arena
-    buffers (meta, activation) have a byte offset; the others -1."""
+    recording), meta (the binder fills it by the rule `fill` names, runtime/tables.py), activation, or saved
+    (a saved-point staging buffer the engine holds outside the arena, shared by name across recordings:
+    codegen/saved_rows.py). Arena buffers (meta, activation) have a byte offset; the others -1."""
 
     name: str
     region: str

@@ -15,11 +15,15 @@ from flidec.runtime.meta import Stream
 
 
 def plan_sizes(plan: Plan) -> Sizes:
+    """What the plan needs of a bucket. Held positions (Plan.held) still take rows (a stored root's rows are
+    the bucket's) and a segment, not a level: a bucket's depth counts the levels the GDN walks, and a
+    resumed root is walked at its stored parent's level (runtime/tables.gdn_tables)."""
     levels: list[int] = []
     for parent in plan.parents:
         levels.append(0 if parent < 0 else levels[parent] + 1)
-    return Sizes(rows=sum(map(len, plan.ids)), segments=len(plan.ids), depth=1 + max(levels, default=0),
-                 reads=len(plan.reads), labels=max((len(p.labels) for _, p, _ in plan.reads), default=0))
+    return Sizes(rows=sum(map(len, plan.ids)), segments=len(plan.ids) + (plan.held is not None),
+                 depth=1 + max(levels, default=0), reads=len(plan.reads),
+                 labels=max((len(p.labels) for _, p, _ in plan.reads), default=0))
 
 
 def combine(a: Sizes, b: Sizes) -> Sizes:

@@ -131,7 +131,8 @@ def write_query_tiles(out: np.ndarray, meta: StreamMeta, block_m: int) -> None:
 def _tile_columns(meta: StreamMeta, block_m: int) -> tuple[np.ndarray, ...]:
     """The TILE_FIELDS columns of every tile the stream needs, the ones furthest into their paths first (by
     aligned tile index; segment order among equals)."""
-    segs = [(i, s.start, s.pos0, s.end) for i, s in enumerate(meta.segments) if s.length > 0]
+    segs = [(i, s.start, s.pos0, s.end) for i, s in enumerate(meta.segments)
+            if s.length > 0 and i not in meta.stored]  # a stored segment has no queries
     index, start, pos0, end = np.array(segs, dtype=np.int64).reshape(-1, 4).T
     first = pos0 // block_m
     count = (end - 1) // block_m - first + 1  # tiles per segment
@@ -236,13 +237,29 @@ def state_slots(meta: StreamMeta) -> dict[int, int]:
     return {s: i for i, s in enumerate(sorted({src for src in meta.gdn_src if src >= 0}))}
 
 
+def gdn_levels(meta: StreamMeta) -> list[list[int]]:
+    """The segments each state walk launch takes, level by level: the non-empty computed ones. A stored root
+    is not walked (its state comes from its saved point), and its subtree is walked a level up: a resumed
+    root with the other instances' roots, so resuming adds no walk launch."""
+    if not meta.stored:
+        return [[s for s in level if meta.segments[s].length > 0] for level in meta.levels]
+    out: list[list[int]] = [[] for _ in meta.levels]
+    for s, seg in enumerate(meta.segments):
+        if seg.length > 0 and s not in meta.stored:
+            up = bool(meta.ancestors[s]) and meta.ancestors[s][0] in meta.stored
+            out[seg.level - up].append(s)
+    while out and not out[-1]:
+        out.pop()
+    return out
+
+
 def gdn_tables(meta: StreamMeta, levels: int | None = None, per_level: int | None = None,
                num_slots: int | None = None, num_chunks: int | None = None) -> GdnTables:
     """The work items of every tree level and their chunks, padded to `levels` x `per_level` items,
     `num_slots` state slots and `num_chunks` chunk slots (defaults: just what this stream needs; a bucket
     passes its depth, segments, segments and max_chunks(rows, segments))."""
     slots = state_slots(meta)
-    by_level = [[s for s in level if meta.segments[s].length > 0] for level in meta.levels]
+    by_level = gdn_levels(meta)
     levels = len(by_level) if levels is None else levels
     per_level = max((len(b) for b in by_level), default=0) if per_level is None else per_level
     per_level = max(per_level, 1)  # a grid of zero programs is not launchable
@@ -300,9 +317,87 @@ def write_conv_taps(out: np.ndarray, meta: StreamMeta) -> None:
 
 
 def live_rows(meta: StreamMeta) -> int:
-    """Rows up to the end of the stream's last segment: the rows a row-wise kernel must compute. Padding rows
-    after them (a padded stream's, pad_meta) do not count, so a stream fills the same tables padded or not."""
-    return max((s.start + s.length for s in meta.segments), default=0)
+    """Rows up to the end of the stream's last computed segment: the rows a row-wise kernel must compute.
+    Padding rows after them (a padded stream's, pad_meta) do not count, so a stream fills the same tables
+    padded or not; nor do stored segments' rows (StreamMeta.stored), which come after every computed row."""
+    return max((s.start + s.length for i, s in enumerate(meta.segments) if i not in meta.stored), default=0)
+
+
+# ---- saved points: the rows the recorded copies move (runtime/saved) --------------------------------------
+# A recording restores a stream's stored roots (StreamMeta.stored) and captures its saved points
+# (StreamMeta.captures) with row copies between the arena and staging buffers outside it
+# (codegen/saved_rows.py). Each table maps staging row i to an arena row (-1: nothing), in meta.stored or
+# meta.captures order: `*_rows` the keys and values of every position, `*_windows` the conv windows (the
+# CONV_TAPS - 1 positions before each point's end), `*_states` the GDN state (`per` rows of the state slots
+# or chunk states, viewed as rows of the value dim). At most MAX_SAVED stored roots and as many captures a
+# stream: the staging of windows and states holds that many.
+
+MAX_SAVED = 4
+
+
+def path_rows_to(meta: StreamMeta, seg: int, n: int) -> np.ndarray:
+    """Stream rows of positions [0, n) on the path ending in segment `seg` (n <= its end)."""
+    ranges = meta.key_ranges[seg, : len(meta.ancestors[seg]) + 1].tolist()
+    rows = np.concatenate([np.arange(lo, hi) for lo, hi in ranges])
+    return rows[:n]
+
+
+def _check_saved(meta: StreamMeta) -> None:
+    if len(meta.stored) > MAX_SAVED or len(meta.captures) > MAX_SAVED:
+        raise ValueError(f"stream resumes {len(meta.stored)} and saves {len(meta.captures)} points; a bucket "
+                         f"stages at most {MAX_SAVED} of each")
+
+
+def _fill_rows(out: np.ndarray, rows: list[np.ndarray]) -> None:
+    flat = np.concatenate(rows) if rows else np.zeros(0, dtype=np.int64)
+    if len(flat) > len(out):
+        raise ValueError(f"saved points need {len(flat)} staged rows, the table holds {len(out)}")
+    out[: len(flat)] = flat
+    out[len(flat):] = -1
+
+
+def write_stored_rows(out: np.ndarray, meta: StreamMeta) -> None:
+    _check_saved(meta)
+    _fill_rows(out, [np.arange(meta.segments[s].start, meta.segments[s].start + meta.segments[s].length)
+                     for s in meta.stored])
+
+
+def write_capture_rows(out: np.ndarray, meta: StreamMeta) -> None:
+    _check_saved(meta)
+    _fill_rows(out, [path_rows_to(meta, seg, n) for seg, n in meta.captures])
+
+
+def write_stored_windows(out: np.ndarray, meta: StreamMeta) -> None:
+    _check_saved(meta)
+    ends = [meta.segments[s].start + meta.segments[s].length for s in meta.stored]
+    _fill_rows(out, [np.arange(end - (CONV_TAPS - 1), end) for end in ends])
+
+
+def write_capture_windows(out: np.ndarray, meta: StreamMeta) -> None:
+    _check_saved(meta)
+    _fill_rows(out, [path_rows_to(meta, seg, n)[n - (CONV_TAPS - 1):] for seg, n in meta.captures])
+
+
+def write_stored_states(out: np.ndarray, meta: StreamMeta, per: int) -> None:
+    """Rows of each stored root's state slot (tables.state_slots numbers them): where it is restored."""
+    _check_saved(meta)
+    slots = state_slots(meta)
+    _fill_rows(out, [slots[s] * per + np.arange(per) for s in meta.stored])
+
+
+def write_capture_states(out: np.ndarray, meta: StreamMeta, gdn: GdnTables, per: int) -> None:
+    """Rows of the chunk state entering the chunk that starts at each capture's end (the state walk writes
+    every chunk's entering state): the GDN state at the saved length."""
+    _check_saved(meta)
+    items = gdn.items.numpy()
+    segment, first = ITEM_FIELDS.index("segment"), ITEM_FIELDS.index("first")
+    live = items[:, ITEM_FIELDS.index("length")] > 0
+    rows = []
+    for seg, n in meta.captures:
+        (item,) = np.flatnonzero(live & (items[:, segment] == seg))
+        chunk = items[item, first] + (n - meta.gdn_chunk0[seg]) // CHUNK
+        rows.append(chunk * per + np.arange(per))
+    _fill_rows(out, rows)
 
 
 # ---- fill rules: a recording's meta buffers by name --------------------------------------------------------
@@ -340,13 +435,22 @@ class FillRule:
     dtype: type = np.int32
 
 
+def _cached_gdn(meta: StreamMeta, bucket: Bucket, params: dict[str, int], cache: dict) -> GdnTables:
+    key = ("gdn", params["per_level"], params["slots"], params["chunks"])
+    if key not in cache:
+        cache[key] = gdn_tables(meta, bucket.depth, params["per_level"], params["slots"], params["chunks"])
+    return cache[key]
+
+
+def path_table_depth(bucket: Bucket) -> int:
+    """Levels of a bucket's path-level table: its depth and a stored root's level above a resumed root (a
+    bucket's depth counts walked levels, runtime/split.plan_sizes)."""
+    return bucket.depth + 1
+
+
 def _gdn(part: str) -> FillRule:
     def write(out, meta, bucket, params, cache):  # items, tails and chunks come from one gdn_tables call
-        key = ("gdn", params["per_level"], params["slots"], params["chunks"])
-        if key not in cache:
-            cache[key] = gdn_tables(meta, bucket.depth, params["per_level"], params["slots"],
-                                    params["chunks"])
-        out[...] = getattr(cache[key], part).numpy()
+        out[...] = getattr(_cached_gdn(meta, bucket, params, cache), part).numpy()
 
     def shape(bucket, req, params):
         items = bucket.depth * max(params["per_level"], 1)
@@ -358,7 +462,7 @@ def _gdn(part: str) -> FillRule:
 FILL_RULES: dict[str, FillRule] = {
     "query_tiles": FillRule(lambda bucket, req, p: (req.shape[0], len(TILE_FIELDS)),
                             lambda out, meta, bucket, p, cache: write_query_tiles(out, meta, p["block_m"])),
-    "path_levels": FillRule(lambda bucket, req, p: (bucket.segments, bucket.depth, 2),
+    "path_levels": FillRule(lambda bucket, req, p: (bucket.segments, path_table_depth(bucket), 2),
                             lambda out, meta, bucket, p, cache: write_path_levels(out, meta)),
     "conv_taps": FillRule(lambda bucket, req, p: (bucket.rows, CONV_TAPS),
                           lambda out, meta, bucket, p, cache: write_conv_taps(out, meta)),
@@ -367,6 +471,19 @@ FILL_RULES: dict[str, FillRule] = {
     "live_rows": FillRule(lambda bucket, req, p: (1,),
                           lambda out, meta, bucket, p, cache: out.fill(max(live_rows(meta) * p["stream"],
                                                                            len(meta.reads) * p["reads"]))),
+    "stored_rows": FillRule(lambda bucket, req, p: (bucket.rows,),
+                            lambda out, meta, bucket, p, cache: write_stored_rows(out, meta)),
+    "capture_rows": FillRule(lambda bucket, req, p: (bucket.rows,),
+                             lambda out, meta, bucket, p, cache: write_capture_rows(out, meta)),
+    "stored_windows": FillRule(lambda bucket, req, p: (MAX_SAVED * (CONV_TAPS - 1),),
+                               lambda out, meta, bucket, p, cache: write_stored_windows(out, meta)),
+    "capture_windows": FillRule(lambda bucket, req, p: (MAX_SAVED * (CONV_TAPS - 1),),
+                                lambda out, meta, bucket, p, cache: write_capture_windows(out, meta)),
+    "stored_states": FillRule(lambda bucket, req, p: (MAX_SAVED * p["per"],),
+                              lambda out, meta, bucket, p, cache: write_stored_states(out, meta, p["per"])),
+    "capture_states": FillRule(lambda bucket, req, p: (MAX_SAVED * p["per"],),
+                               lambda out, meta, bucket, p, cache: write_capture_states(
+                                   out, meta, _cached_gdn(meta, bucket, p, cache), p["per"])),
     "gdn_items": _gdn("items"),
     "gdn_tails": _gdn("tails"),
     "gdn_chunks": _gdn("chunks"),

@@ -6,15 +6,20 @@ fsync, rename, then fsync of the directory), tensors first: a manifest exists on
 A read verifies everything the manifest says and that the tokens hash to the key, and refuses a corrupt,
 truncated, foreign or other-format checkpoint with a logged reason: the request is then computed fresh. A
 failed write (a full disk, a read-only directory) is logged and counted; it never fails a request.
+Writes run on a background thread, off the request's path (at most WRITE_QUEUE points wait; a save past
+that waits for room); `flush` waits for every queued write, and so does the process at exit.
 """
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import logging
 import os
+import queue
 import secrets
+import threading
 from collections import Counter
 from pathlib import Path
 
@@ -25,6 +30,7 @@ from flidec.runtime.saved.keys import BLOCK, FORMAT, prefix_keys
 from flidec.runtime.saved.point import PointLayout, PointRefused, SavedPoint
 
 log = logging.getLogger("flidec.saved")
+WRITE_QUEUE = 8
 
 DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16",
                torch.int64: "int64"}
@@ -45,6 +51,8 @@ class Checkpoints:
         self.refused: Counter[str] = Counter()  # reason kind -> checkpoints refused
         self.write_failures = 0
         self._refused_keys: set[str] = set()  # refused once: not read again until rewritten
+        self._queue: queue.Queue[SavedPoint] = queue.Queue(WRITE_QUEUE)
+        self._writer: threading.Thread | None = None
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -64,8 +72,32 @@ class Checkpoints:
         except OSError:
             return 0
 
-    def write(self, point: SavedPoint) -> bool:
-        """Write `point` atomically; False (logged) when the directory cannot take it."""
+    def write(self, point: SavedPoint) -> None:
+        """Queue `point` for its atomic write (the writer thread starts with the first)."""
+        if self._writer is None:
+            self._writer = threading.Thread(target=self._write_queued, name="flidec-checkpoints", daemon=True)
+            self._writer.start()
+            atexit.register(self.flush)
+        self._queue.put(point)
+
+    def flush(self) -> None:
+        """Wait until every queued point is written (or its failure logged)."""
+        self._queue.join()
+
+    def _write_queued(self) -> None:
+        while True:
+            point = self._queue.get()
+            try:
+                self.write_now(point)
+            except Exception as e:  # noqa: BLE001 -- a writer that dies would lose every later point
+                self.write_failures += 1
+                log.warning("saved states: could not write checkpoint %s (%s: %s)", point.key,
+                            type(e).__name__, e)
+            finally:
+                self._queue.task_done()
+
+    def write_now(self, point: SavedPoint) -> bool:
+        """Write `point` atomically, now; False (logged) when the directory cannot take it."""
         tensors = {name: t.detach().cpu().contiguous() for name, t in point.tensors().items()}
         manifest = {"flidec_saved_state": FORMAT, "scope": self.scope, "key": point.key,
                     "length": point.length,

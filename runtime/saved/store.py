@@ -91,8 +91,14 @@ class SavedStates:
             if self.disk is not None:
                 self.disk.write(point)
 
+    def flush(self) -> None:
+        """Wait until every saved point is on disk (a no-op without a checkpoint directory)."""
+        if self.disk is not None:
+            self.disk.flush()
+
     def drop(self, session: str) -> None:
         """Forget every point saved under a session, in every tier and on disk."""
+        self.flush()  # a write still queued would bring a dropped point back
         with self._lock:
             for key in self.sessions.pop(session, []):
                 for t in self.tiers:
@@ -119,10 +125,10 @@ class SavedStates:
         for i, t in enumerate(self.tiers):
             point = t.get(key)
             if point is not None:
-                if i > 0:  # promoted to the fastest tier
+                if i > 0:  # promoted to the fastest tier (or back down, if it does not fit there)
                     t.pop(key)
-                    self._keep(0, point.to(self.device))
-                    point = self.tiers[0].get(key)
+                    point = point.to(self.device)
+                    self._keep(0, point)
                 return point, t.name
         if self.disk is not None and self.disk.has(key):
             point = self.disk.read(key)

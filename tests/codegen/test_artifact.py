@@ -24,7 +24,7 @@ from flidec.formats import make_format
 from flidec.ir.errors import ArtifactError
 from flidec.ir.serde import spec_from_json
 from flidec.models.tokenizer import load_tokenizer
-from flidec.runtime.artifact import load_manifest, weights_dir
+from flidec.runtime.artifact import FORMAT, load_manifest, weights_dir
 from flidec.runtime.binder import bind
 from flidec.runtime.reference import op_table
 from flidec.runtime.reference.executor import ReferenceExecutor
@@ -84,7 +84,8 @@ def test_every_example_compiles_for_cpu(cpu_artifacts, name) -> None:
     m = load_manifest(cpu_artifacts / name, target="cpu")
     assert m["complete"] and m["target"] == "cpu" and m["buckets"] and not m["kernels"]
     assert {"tree.json", "program.txt", "tokenizer/tokenizer.json", "model/config.json"} <= set(m["files"])
-    assert m["flidec_artifact"] == 4 and set(m["model"]["weight_sha256"]) == set(m["model"]["weight_sizes"])
+    assert m["flidec_artifact"] == FORMAT
+    assert set(m["model"]["weight_sha256"]) == set(m["model"]["weight_sizes"])
 
 
 @pytest.mark.parametrize("name", NAMES)

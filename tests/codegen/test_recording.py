@@ -83,9 +83,10 @@ def test_gemms_compute_the_streams_rows_and_past_the_trim_its_reads(model) -> No
 
 
 def test_row_wise_launches_and_the_conv_compute_the_streams_rows_then_its_reads(model) -> None:
-    """Every launch but the attention's, the Gated DeltaNet's and the label head's takes a rows pointer
-    (codegen/pointwise.py ROWS): the norms, rotary, adds, gates, embedding and conv the stream's rows, the
-    read gather and everything after it (the last MLP's norm and add, the final norm) the read count."""
+    """Every launch but the attention's, the Gated DeltaNet's, the label head's and the saved points' row
+    copies (their maps bound them) takes a rows pointer (codegen/pointwise.py ROWS): the norms, rotary, adds,
+    gates, embedding and conv the stream's rows, the read gather and everything after it (the last MLP's
+    norm and add, the final norm) the read count."""
     _, rec, _ = model
     buffers = {b.name: b for b in rec.buffers}
     signatures = {k.key: [n for n, t in k.signature if t != "constexpr"] for k in rec.kernels}
@@ -93,7 +94,8 @@ def test_row_wise_launches_and_the_conv_compute_the_streams_rows_then_its_reads(
     for step in rec.steps:
         params = signatures[step.kernel]
         if "rows_ptr" not in params:
-            assert step.op.startswith(("fork_attention", "fork_gdn")) or step.op == "label_head", step.op
+            unbounded = step.op.startswith(("fork_attention", "fork_gdn"))
+            assert unbounded or step.op in ("label_head", "saved_rows"), step.op
             continue
         arg = step.args[params.index("rows_ptr")]
         assert buffers[arg.buffer].region == "meta"

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from flidec.cli import main
+from flidec.ir.errors import FlideError
 from flidec.runtime.program import load
 
 TEXT = ("the agent opened a file and read the log then found an error in the parser wrote a patch ran the "
@@ -92,6 +93,7 @@ def test_resumed_equal_fresh_after_a_restart_from_disk(planner_cpu_artifact, fre
     first = load(planner_cpu_artifact, "cpu", checkpoints=tmp_path)
     for step in range(3):
         equal_fresh(fresh, first, [planner(1, step)])
+    first.saved.flush()  # what the process does at exit
     assert first.stats.saved.bytes["disk"] > 0
     del first
     again = load(planner_cpu_artifact, "cpu", checkpoints=tmp_path)
@@ -159,7 +161,9 @@ def edit(path: Path, change) -> None:
 @pytest.mark.parametrize("kind", sorted(BAD))
 def test_a_bad_checkpoint_is_refused_logged_and_computed_fresh_equal(planner_cpu_artifact, fresh, tmp_path,
                                                                      caplog, kind) -> None:
-    load(planner_cpu_artifact, "cpu", checkpoints=tmp_path).label_logits([planner(8, 0)])
+    first = load(planner_cpu_artifact, "cpu", checkpoints=tmp_path)
+    first.label_logits([planner(8, 0)])
+    first.saved.flush()
     (meta,) = saved_files(tmp_path)
     damage, reason = BAD[kind]
     damage(meta.with_suffix(".safetensors"), meta)
@@ -180,6 +184,7 @@ def test_an_unwritable_checkpoint_directory_never_fails_a_request(planner_cpu_ar
     blocker.write_text("not a directory")
     program = load(planner_cpu_artifact, "cpu", checkpoints=blocker / "checkpoints")
     equal_fresh(fresh, program, [planner(9, 0)])
+    program.saved.flush()
     assert program.stats.saved.write_failures == 1 and program.stats.saved.saved == 1
 
     full = load(planner_cpu_artifact, "cpu", checkpoints=tmp_path / "full")
@@ -189,6 +194,7 @@ def test_an_unwritable_checkpoint_directory_never_fails_a_request(planner_cpu_ar
 
     monkeypatch.setattr(os, "fsync", no_space)
     equal_fresh(fresh, full, [planner(10, 0)])
+    full.saved.flush()
     assert full.stats.saved.write_failures == 1
     assert list((tmp_path / "full").rglob("*")) == [next((tmp_path / "full").iterdir())]  # no file left
 
@@ -199,6 +205,7 @@ def test_x_session_saves_resumes_and_drops_a_systemone_history(systemone_cpu_art
     equal_fresh(fresh1, program, [systemone(0)])
     assert program.stats.saved.saved == 0  # the systemone state is not resumable: no session, no point
     equal_fresh(fresh1, program, [systemone(1, "agent-7")])
+    program.saved.flush()
     assert program.stats.saved.saved == 1 and len(saved_files(tmp_path)) == 1
     assert equal_fresh(fresh1, program, [systemone(2)])[0] > 0  # any request resumes from it
     answer = program.run([systemone(2, {"id": "agent-7", "drop": True})])[0]
@@ -243,3 +250,10 @@ def test_inspect_says_which_states_save_and_what_a_point_costs(planner_cpu_artif
     out = capsys.readouterr().out
     assert "planner: state history resumable" in out
     assert "a point in bf16:" in out and "KiB a position" in out
+
+
+def test_a_checkpoint_directory_it_would_not_use_is_refused(planner_cpu_artifact, tmp_path) -> None:
+    with pytest.raises(FlideError, match="saved states are off"):
+        load(planner_cpu_artifact, "cpu", saved_states=False, checkpoints=tmp_path)
+    with pytest.raises(FlideError, match="at least 0"):
+        load(planner_cpu_artifact, "cpu", host_budget_gib=-1)

@@ -1,0 +1,244 @@
+"""The agent workload: trajectories whose history grows every step, asked step after step as an agent asks.
+
+    python benchmarks/agent.py --model DIR [--trajectories 16] [--steps 24] [--start-tokens 1000]
+                               [--step-tokens 300] [--variants planner,systemone] [--engines ...] [--out FILE]
+
+Each of `--trajectories` histories starts at about `--start-tokens` tokens of prose (benchmarks/prose.py)
+and grows by about `--step-tokens` a step; at every step, trajectory after trajectory, one request asks
+examples/planner.flide's tree (`planner`: the next tool, and three candidate actions with their outcomes)
+or four System One questions (`systemone`: examples/systemone.flide), and waits for its answer before the
+next. Engines (on one GPU, side by side):
+- `flidec-saved`: the compiled artifact with saved states (runtime/saved: every step resumes from the
+  point the step before saved, in GPU memory);
+- `flidec`: the same artifact with saved states off (every step computes its whole history);
+- `flide-session`, `flide`: flide 0.1.4 (its public Engine, as benchmarks/engines/flide.py runs it, on the
+  same token ids, one fork level: the state and one suffix per question) with its session cache
+  (`session_cache_gb`, `session_min_tokens` lowered to 512 so it saves from the first step) and without. flide
+  compiles for every new input shape: each flide engine first runs the whole workload on other histories
+  of the same lengths, untimed.
+Per engine and variant: the mean time per step (over trajectories), steps 0-9 and from step 10 on, the
+total, and for flidec-saved the positions reused. Every flidec-saved answer is compared with flidec's
+(torch.equal of the label logits): `bitwise` counts those equal. Then a restart: a new Program over the
+checkpoint directory the first one wrote resumes each trajectory's next step from disk, timed against the
+first Program resuming the same step from GPU memory. Writes the report as JSON (`--out`) and prints it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.source import ensure_flidec
+
+ensure_flidec(ROOT)
+
+import torch
+
+EXAMPLES = ROOT / "examples"
+SPECS = {"planner": EXAMPLES / "planner.flide", "systemone": EXAMPLES / "systemone.flide"}
+
+
+def histories(count_tokens, trajectories: int, steps: int, start: int, step: int, seed: int
+              ) -> list[list[str]]:
+    """Per trajectory, its history at every step (each extends the one before)."""
+    from benchmarks.prose import paragraphs
+
+    paras = paragraphs()
+    out = []
+    for t in range(trajectories):
+        at = (seed * 7919 + t * 131) % len(paras)
+        texts, text = [], ""
+
+        def grow(target: int, text: str) -> str:
+            nonlocal at
+            while count_tokens(text) < target:
+                text = (text + "\n\n" if text else "") + paras[at % len(paras)]
+                at += 1
+            return text
+
+        text = grow(start, text)
+        texts.append(text)
+        for k in range(1, steps + 1):  # one more than timed: the restart's step
+            text = grow(start + k * step, text)
+            texts.append(text)
+        out.append(texts)
+    return out
+
+
+def instance(variant: str, history: str, k: int) -> dict:
+    if variant == "planner":
+        return {"history": history,
+                "next_tool": {"instructions": "Which tool should the agent call next?",
+                              "criteria": {"shell": "run a command", "editor": "change a file",
+                                           "search": "look something up", "done": "stop here"}},
+                "action": [{"text": f"run the test suite again (step {k})",
+                            "outcome": [{"text": "every test passes"}, {"text": "one test still fails"}]},
+                           {"text": "revert the last change", "outcome": [{"text": "the build is green"}]},
+                           {"text": "ask the user for the missing file",
+                            "outcome": [{"text": "the user answers"}, {"text": "no answer comes"}]}]}
+    return {"state": history, "questions": {
+        "finished": {"type": "noul", "instructions": "Is the task finished?"},
+        "next": {"type": "choice", "instructions": "What should happen next?",
+                 "criteria": {"test": None, "edit": None, "search": None, "stop": None}},
+        "progress": {"type": "score", "instructions": "How far along is the task?",
+                     "criteria": ["not started", "early", "halfway", "nearly done", "done"]},
+        "stuck": {"type": "noul", "instructions": "Is the agent stuck?"}}}
+
+
+def timed(fn):
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    out = fn()
+    torch.cuda.synchronize()
+    return out, (time.perf_counter() - t0) * 1e3
+
+
+def summary(per_step: list[list[float]]) -> dict:
+    means = [statistics.mean(s) for s in per_step]
+    return {"step_ms": [round(m, 3) for m in means], "steps_0_9_ms": round(statistics.mean(means[:10]), 3),
+            "steps_10_on_ms": round(statistics.mean(means[10:]), 3) if len(means) > 10 else None,
+            "total_s": round(sum(sum(s) for s in per_step) / 1e3, 3)}
+
+
+def run_flidec(artifact: Path, variant: str, hist: list[list[str]], steps: int, checkpoints: Path) -> dict:
+    from flidec.runtime.program import load
+
+    fresh = load(artifact, "cuda", saved_states=False)
+    saved = load(artifact, "cuda", checkpoints=checkpoints)
+    for p in (fresh, saved):  # first use of the buckets these steps land in: graphs captured, untimed
+        p.label_logits([instance(variant, h[0] + " warm", 0) for h in hist[:1]])
+    times = {"flidec": [[] for _ in range(steps)], "flidec-saved": [[] for _ in range(steps)]}
+    reused, equal, total = [[] for _ in range(steps)], 0, 0
+    for k in range(steps):
+        for h in hist:
+            inst = instance(variant, h[k], k)
+            want, ms = timed(lambda inst=inst: fresh.label_logits([inst]))
+            times["flidec"][k].append(ms)
+            got_reused: list[int] = []
+            got, ms = timed(lambda inst=inst, r=got_reused: saved.label_logits([inst], reused=r))
+            times["flidec-saved"][k].append(ms)
+            reused[k].append(got_reused[0])
+            equal += int(torch.equal(got[0], want[0]))
+            total += 1
+    out = {name: summary(t) for name, t in times.items()}
+    out["flidec-saved"]["reused_mean"] = [round(statistics.mean(r), 1) for r in reused]
+    out["flidec-saved"]["bitwise"] = f"{equal}/{total}"
+    stats = saved.stats.saved
+    out["flidec-saved"]["saved_stats"] = {"hits": stats.hits, "tokens_reused": stats.tokens_reused,
+                                          "saved": stats.saved, "bytes": stats.bytes,
+                                          "from_tier": stats.from_tier}
+    # a restart: the next step of every trajectory, from disk in a new Program, against the GPU-resident one
+    restarted = load(artifact, "cuda", checkpoints=checkpoints)
+    restarted.label_logits([instance(variant, hist[0][0] + " warm", 0)])  # its first replay, untimed
+    disk, gpu, same = [], [], 0
+    for h in hist:
+        inst = instance(variant, h[steps], steps)
+        a, ms = timed(lambda inst=inst: restarted.label_logits([inst]))
+        disk.append(ms)
+        b, ms = timed(lambda inst=inst: saved.label_logits([inst]))
+        gpu.append(ms)
+        same += int(torch.equal(a[0], b[0]))
+    out["restart"] = {"disk_resume_ms": round(statistics.mean(disk), 3),
+                      "gpu_resume_ms": round(statistics.mean(gpu), 3),
+                      "from_tier": restarted.stats.saved.from_tier, "bitwise": f"{same}/{len(hist)}"}
+    return out
+
+
+def run_flide(model: Path, spec: Path, variant: str, hist: list[list[str]], warm: list[list[str]],
+              steps: int, sessions: bool) -> dict:
+    from benchmarks.engines.flide import Flide
+    from benchmarks.work import prepare_work
+    from benchmarks.workloads import Workload
+    from flidec.frontend import load_spec
+    from flidec.models.tokenizer import load_tokenizer
+    from flidec.runtime.next_token import NextTokenFormat
+
+    parsed, _ = load_spec(spec)
+    tree = parsed.trees[0]
+    fmt = NextTokenFormat(load_tokenizer(model))
+    adapter = Flide()
+    adapter.load(model, "cuda")
+    if sessions:
+        from flide.runtime.engine import Engine
+
+        adapter.engine = Engine(str(model), format="next_token", device="cuda", dtype="bfloat16",
+                                backbone_options={"cuda_graphs": True}, session_cache_gb=8.0,
+                                session_min_tokens=512)
+
+    def ask(texts: list[list[str]], k: int) -> list[float]:
+        out = []
+        for h in texts:
+            work = prepare_work(Workload("agent", spec, tree.name, (instance(variant, h[k], k),)), tree, fmt)
+            prepared = adapter.prepare(work)
+            _, ms = timed(lambda prepared=prepared: adapter.run(prepared, [0], offline=True))
+            out.append(ms)
+        return out
+
+    for k in range(steps):  # other histories of the same lengths: flide's compiles, untimed
+        ask(warm, k)
+    result = summary([ask(hist, k) for k in range(steps)])
+    adapter.close()
+    return result
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", required=True, type=Path)
+    p.add_argument("--trajectories", type=int, default=16)
+    p.add_argument("--steps", type=int, default=24)
+    p.add_argument("--start-tokens", type=int, default=1000)
+    p.add_argument("--step-tokens", type=int, default=300)
+    p.add_argument("--variants", default="planner,systemone")
+    p.add_argument("--engines", default="flidec,flide,flide-session")
+    p.add_argument("--out", type=Path)
+    args = p.parse_args()
+    from flidec.compile import compile_artifact
+    from flidec.models.tokenizer import load_tokenizer
+    from flidec.testing.make_checkpoint import make_checkpoint
+
+    if not (args.model / "config.json").exists():
+        make_checkpoint(args.model, "0.8B", seed=0, dtype="bf16")
+    tok = load_tokenizer(args.model)
+    count = lambda text: len(tok.encode(text))  # noqa: E731
+    hist = histories(count, args.trajectories, args.steps, args.start_tokens, args.step_tokens, seed=0)
+    warm = histories(count, min(4, args.trajectories), args.steps, args.start_tokens, args.step_tokens,
+                     seed=1)
+    engines = args.engines.split(",")
+    work = Path(tempfile.mkdtemp(prefix="agent-"))
+    report: dict = {"gpu": torch.cuda.get_device_name(), "trajectories": args.trajectories,
+                    "steps": args.steps, "start_tokens": args.start_tokens, "step_tokens": args.step_tokens,
+                    "history_tokens": [count(hist[0][0]), count(hist[0][args.steps - 1])], "variants": {}}
+    for variant in args.variants.split(","):
+        row: dict = {}
+        if "flidec" in engines:
+            artifact = work / f"{variant}-artifact"
+            t0 = time.perf_counter()
+            compile_artifact(SPECS[variant], args.model, "sm_90", artifact, kernel_cache=work / "kernels")
+            row["compile_s"] = round(time.perf_counter() - t0, 1)
+            row.update(run_flidec(artifact, variant, hist, args.steps, work / f"{variant}-checkpoints"))
+        for name in ("flide", "flide-session"):
+            if name in engines:
+                try:
+                    row[name] = run_flide(args.model, SPECS[variant], variant, hist, warm, args.steps,
+                                          name == "flide-session")
+                except Exception as e:  # noqa: BLE001 -- a peer that fails is a row with its error
+                    row[name] = {"error": f"{type(e).__name__}: {e}"[:500]}
+        report["variants"][variant] = row
+        print(json.dumps({variant: row}), flush=True)
+    if args.out:
+        args.out.write_text(json.dumps(report, indent=1) + "\n")
+    print(json.dumps(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

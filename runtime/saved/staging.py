@@ -1,0 +1,68 @@
+"""Saved points in and out of a GPU engine's staging buffers (region "saved" of its recordings).
+
+Before a replay that resumes, each stored root's point is copied into the staging its recorded copies
+restore from (codegen/saved_rows.py): keys and values of all its positions, roots one after another in
+StreamMeta.stored order; conv window and GDN state at the root's index. After a replay that saves, each
+capture is copied out of the capture staging into a new point's tensors, in StreamMeta.captures order.
+Every copy is a device copy on the engine's stream, ordered with the replay.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import torch
+
+from flidec.runtime.reference.executor import Captured
+from flidec.runtime.saved.point import PointLayout, SavedPoint
+
+COPY_KERNEL = "copy_rows_kernel"  # the recorded steps a stream without saved points skips
+
+
+def staging_names(layout: PointLayout) -> list[str]:
+    """Every staging buffer a recording that resumes and saves points of this layout has."""
+    names = []
+    for side in ("saved", "capture"):
+        for i in range(layout.attention_layers):
+            names += [f"{side}.attention.{i}.keys", f"{side}.attention.{i}.values"]
+        for i in range(layout.gdn_layers):
+            names += [f"{side}.gdn.{i}.window", f"{side}.gdn.{i}.state"]
+    return names
+
+
+def stage_held(staging: Mapping[str, torch.Tensor], held: Sequence[SavedPoint], layout: PointLayout) -> None:
+    per, dv = layout.state[0] * layout.state[1], layout.state[2]
+    window = layout.window[0]
+    row = 0
+    for j, p in enumerate(held):
+        for i in range(layout.attention_layers):
+            for part, t in (("keys", p.keys[i]), ("values", p.values[i])):
+                staging[f"saved.attention.{i}.{part}"][row : row + p.length].copy_(t.reshape(p.length, -1),
+                                                                                   non_blocking=True)
+        for i in range(layout.gdn_layers):
+            staging[f"saved.gdn.{i}.window"][j * window : (j + 1) * window].copy_(p.windows[i],
+                                                                                  non_blocking=True)
+            staging[f"saved.gdn.{i}.state"][j * per : (j + 1) * per].copy_(p.states[i].reshape(per, dv),
+                                                                          non_blocking=True)
+        row += p.length
+
+
+def captured_points(staging: Mapping[str, torch.Tensor], captures: Sequence[tuple[int, int]],
+                    layout: PointLayout) -> list[Captured]:
+    per = layout.state[0] * layout.state[1]
+    window = layout.window[0]
+    out, row = [], 0
+    for j, (segment, n) in enumerate(captures):
+        c = Captured(segment, n)
+        for i in range(layout.attention_layers):
+            c.keys.append(staging[f"capture.attention.{i}.keys"][row : row + n]
+                          .reshape(n, *layout.kv).clone())
+            c.values.append(staging[f"capture.attention.{i}.values"][row : row + n]
+                            .reshape(n, *layout.kv).clone())
+        for i in range(layout.gdn_layers):
+            c.windows.append(staging[f"capture.gdn.{i}.window"][j * window : (j + 1) * window].clone())
+            c.states.append(staging[f"capture.gdn.{i}.state"][j * per : (j + 1) * per]
+                            .reshape(layout.state).clone())
+        out.append(c)
+        row += n
+    return out
