@@ -190,6 +190,13 @@ def run_flide(model: Path, spec: Path, variant: str, hist: list[list[str]], warm
     return result
 
 
+def write(out: Path | None, report: dict, variant: str, row: dict) -> None:
+    """The report so far (a device call that runs out of time keeps what was measured)."""
+    report["variants"][variant] = row
+    if out is not None:
+        out.write_text(json.dumps(report, indent=1) + "\n")
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", required=True, type=Path)
@@ -225,6 +232,7 @@ def main() -> int:
             compile_artifact(SPECS[variant], args.model, "sm_90", artifact, kernel_cache=work / "kernels")
             row["compile_s"] = round(time.perf_counter() - t0, 1)
             row.update(run_flidec(artifact, variant, hist, args.steps, work / f"{variant}-checkpoints"))
+            write(args.out, report, variant, row)
         for name in ("flide", "flide-session"):
             if name in engines:
                 try:
@@ -232,6 +240,7 @@ def main() -> int:
                                           name == "flide-session")
                 except Exception as e:  # noqa: BLE001 -- a peer that fails is a row with its error
                     row[name] = {"error": f"{type(e).__name__}: {e}"[:500]}
+                write(args.out, report, variant, row)
         report["variants"][variant] = row
         print(json.dumps({variant: row}), flush=True)
     if args.out:

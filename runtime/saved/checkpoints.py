@@ -7,7 +7,9 @@ A read verifies everything the manifest says and that the tokens hash to the key
 truncated, foreign or other-format checkpoint with a logged reason: the request is then computed fresh. A
 failed write (a full disk, a read-only directory) is logged and counted; it never fails a request.
 Writes run on a background thread, off the request's path (at most WRITE_QUEUE points wait; a save past
-that waits for room); `flush` waits for every queued write, and so does the process at exit.
+that waits for room); `flush` waits for every queued write, and so does the process at exit. The points it
+takes are in pageable host memory: the thread makes no CUDA call, which would break a CUDA graph the main
+thread may be capturing.
 """
 
 from __future__ import annotations

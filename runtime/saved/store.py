@@ -88,8 +88,8 @@ class SavedStates:
                 if point.key not in keys:
                     keys.append(point.key)
             self._keep(0, point.to(self.device) if self.cuda else point)
-            if self.disk is not None:
-                self.disk.write(point)
+            if self.disk is not None:  # the writer thread touches no CUDA memory: a graph may be capturing
+                self.disk.write(point if point.device.type == "cpu" else point.to(torch.device("cpu")))
 
     def flush(self) -> None:
         """Wait until every saved point is on disk (a no-op without a checkpoint directory)."""
