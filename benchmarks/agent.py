@@ -217,7 +217,7 @@ def main() -> int:
     tok = load_tokenizer(args.model)
     count = lambda text: len(tok.encode(text))  # noqa: E731
     hist = histories(count, args.trajectories, args.steps, args.start_tokens, args.step_tokens, seed=0)
-    warm = histories(count, min(4, args.trajectories), args.steps, args.start_tokens, args.step_tokens,
+    warm = histories(count, min(2, args.trajectories), args.steps, args.start_tokens, args.step_tokens,
                      seed=1)
     engines = args.engines.split(",")
     work = Path(tempfile.mkdtemp(prefix="agent-"))
