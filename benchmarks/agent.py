@@ -17,10 +17,11 @@ next. Engines (on one GPU, side by side):
   compiles for every new input shape: each flide engine first runs the whole workload on other histories
   of the same lengths, untimed.
 Per engine and variant: the mean time per step (over trajectories), steps 0-9 and from step 10 on, the
-total, and for flidec-saved the positions reused. Every flidec-saved answer is compared with flidec's
-(torch.equal of the label logits): `bitwise` counts those equal. Then a restart: a new Program over the
-checkpoint directory the first one wrote resumes each trajectory's next step from disk, timed against the
-first Program resuming the same step from GPU memory. Writes the report as JSON (`--out`) and prints it.
+total, and for flidec-saved (no checkpoint directory: GPU and host memory) the positions reused. Every
+flidec-saved answer is compared with flidec's (torch.equal of the label logits): `bitwise` counts those
+equal. Then a restart: a Program with a checkpoint directory answers each trajectory's last step, and a new
+Program over the directory resumes each trajectory's next step from disk, timed against the first Program
+resuming the same step from GPU memory. Writes the report as JSON (`--out`) and prints it.
 """
 
 from __future__ import annotations
@@ -113,7 +114,7 @@ def run_flidec(artifact: Path, variant: str, hist: list[list[str]], steps: int, 
     from flidec.runtime.program import load
 
     fresh = load(artifact, "cuda", saved_states=False)
-    saved = load(artifact, "cuda", checkpoints=checkpoints)
+    saved = load(artifact, "cuda")  # GPU and host memory: the steps' timing without checkpoint writes
     for p in (fresh, saved):  # first use of the buckets these steps land in: graphs captured, untimed
         p.label_logits([instance(variant, h[0] + " warm", 0) for h in hist[:1]])
     times = {"flidec": [[] for _ in range(steps)], "flidec-saved": [[] for _ in range(steps)]}
@@ -136,7 +137,14 @@ def run_flidec(artifact: Path, variant: str, hist: list[list[str]], steps: int, 
     out["flidec-saved"]["saved_stats"] = {"hits": stats.hits, "tokens_reused": stats.tokens_reused,
                                           "saved": stats.saved, "bytes": stats.bytes,
                                           "from_tier": stats.from_tier}
-    # a restart: the next step of every trajectory, from disk in a new Program, against the GPU-resident one
+    # a restart: a Program with a checkpoint directory answers every trajectory's last step (saving its
+    # point); a new Program over the directory resumes the next step from disk, timed against the first
+    # Program resuming the same step from GPU memory
+    writer = load(artifact, "cuda", checkpoints=checkpoints)
+    for h in hist:
+        writer.label_logits([instance(variant, h[steps - 1], steps - 1)])
+    writer.saved.flush()
+    saved = writer
     restarted = load(artifact, "cuda", checkpoints=checkpoints)
     restarted.label_logits([instance(variant, hist[0][0] + " warm", 0)])  # its first replay, untimed
     disk, gpu, same = [], [], 0
