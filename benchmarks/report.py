@@ -527,6 +527,40 @@ def classes_table(title: str, workload: str, profile: dict, peer: dict, run: dic
     return "\n".join(lines), cols
 
 
+def agent_section(paths: list[Path], root: Path) -> str:
+    """The agent workload's section (benchmarks/agent.py files, the latest first): per engine the mean time
+    a step, steps 0-9 and from step 10 on, and the total; flidec-saved's bitwise count and the restart."""
+    if not paths:
+        return ""
+    runs = [(p, json.loads((root / p).read_text())) for p in paths]
+    first = runs[0][1]
+    lines = ["", "## The agent workload: saved states (benchmarks/agent.py)",
+             f"{first['trajectories']} trajectories x {first['steps']} steps on {first['gpu']}, histories "
+             f"{first['history_tokens'][0]:,} to {first['history_tokens'][1]:,} tokens "
+             f"(+{first['step_tokens']} a step), asked step after step; each engine's mean time a step over "
+             "the trajectories. One row a file, from one device call each:", "",
+             "| file | variant | engine | steps 0-9, ms | from step 10, ms | total, s | resumed == fresh |",
+             "|---|---|---|---|---|---|---|"]
+    restarts = []
+    for path, run in runs:
+        for variant, row in run["variants"].items():
+            for name in ("flidec", "flidec-saved", "flide", "flide-session"):
+                e = row.get(name)
+                if e is None:
+                    continue
+                if "error" in e:
+                    lines.append(f"| {path.name} | {variant} | {name} | error: {e['error'][:80]} | | | |")
+                    continue
+                lines.append(f"| {path.name} | {variant} | {name} | {e['steps_0_9_ms']:.1f} | "
+                             f"{e['steps_10_on_ms']:.1f} | {e['total_s']:.1f} | {e.get('bitwise', '')} |")
+            if "restart" in row:
+                r = row["restart"]
+                restarts.append(f"- {path.name}, {variant}: the next step resumed from disk in a new Program "
+                                f"{r['disk_resume_ms']:.1f} ms, from GPU memory {r['gpu_resume_ms']:.1f} ms; "
+                                f"resumed from disk == from GPU memory {r['bitwise']}")
+    return "\n".join(lines + ["", *restarts]) + "\n"
+
+
 def page(args: argparse.Namespace, root: Path) -> str:
     """BENCHMARKS.md's text from the run's results file, the runtime and peer profiles it cites, and
     optionally the run before it (flidec's numbers beside this run's); paths in `args` are under `root`."""
@@ -568,6 +602,7 @@ def page(args: argparse.Namespace, root: Path) -> str:
         "fork_now": _num(speed(run, "flidec", "quality", "speedup"), "speedup"),
         "solo_qps": moved["flidec-solo"] + _num(speed(run, "flidec-solo", "quality", "qps"), "qps"),
         "fork_qps": moved["flidec"] + _num(speed(run, "flidec", "quality", "qps"), "qps"),
+        "agent": agent_section(list(args.agent or []), root),
     }
     return string.Template(PAGE_TEMPLATE.read_text()).substitute(values)
 
@@ -578,6 +613,8 @@ def page_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", type=Path, required=True, help="profile_runtime.py's file of the same code")
     p.add_argument("--peer", type=Path, required=True, help="profile_peer.py's file (flide's kernels)")
     p.add_argument("--previous", type=Path, help="the harness's results file of the run before")
+    p.add_argument("--agent", type=Path, action="append", help="benchmarks/agent.py's results file "
+                   "(repeatable, the latest first)")
     p.add_argument("--out", type=Path, default=Path("BENCHMARKS.md"))
     return p
 
@@ -585,7 +622,7 @@ def page_parser() -> argparse.ArgumentParser:
 def page_command(args: argparse.Namespace) -> str:
     """The command line that writes the page, its paths as given (relative to the repo root)."""
     given = [("--run", args.run), ("--profile", args.profile), ("--peer", args.peer),
-             ("--previous", args.previous), ("--out", args.out)]
+             ("--previous", args.previous), *(("--agent", a) for a in args.agent or []), ("--out", args.out)]
     return " \\\n  ".join(["python -m benchmarks.report", *(f"{k} {v}" for k, v in given if v)])
 
 
