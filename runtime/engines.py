@@ -5,8 +5,9 @@ A GraphEngine fills the bucket's meta region on the host, copies it to the arena
 the bucket's CUDA graph, captured from the recording's launches at the bucket's first use (runtime/buffers.py,
 runtime/launch.py; nothing is traced, compiled or tuned), then copies the logits to pinned host memory, all
 asynchronously on one CUDA stream, so the caller can bind its next stream while the device runs this one.
-The ReferenceEngine also runs streams with stored segments and captures saved points (runtime/saved); the
-GraphEngine does not yet (its recordings have no steps to restore or capture a point).
+Both run streams with stored segments and capture saved points (runtime/saved): the ReferenceEngine through
+its executor, the GraphEngine through its recordings' row copies and staging buffers (a stream without saved
+points replays a second graph, without the copies).
 """
 
 from __future__ import annotations

@@ -298,7 +298,7 @@ def load(artifact: str | Path, device: str | torch.device = "cuda", *, dtype: st
     weights too unless `verify_weights=False` (a trusted in-place swap of same-sized weights: hashing costs a
     few seconds a GB). ArtifactError says why not.
 
-    Saved states (runtime/saved; on engines that resume, the reference executor today): `saved_states`
+    Saved states (runtime/saved, docs/SAVED_STATES.md; both engines resume): `saved_states`
     turns them on, within `gpu_budget_gib` of GPU memory (a CUDA device) and `host_budget_gib` of host
     memory; `checkpoints`: a directory every saved point is also written to, and read back from by later
     processes."""
