@@ -333,7 +333,7 @@ def load(artifact: str | Path, device: str | torch.device = "cuda", *, dtype: st
             raise FlideError(f"{name}={gib}: a budget is a number of GiB, at least 0")
     if checkpoints is not None and not (saved_states and engine.resumes):
         why = ("saved states are off (saved_states=False)" if not saved_states else
-               "this engine does not resume yet (the GPU recordings; docs/SAVED_STATES.md)")
+               "this artifact's recordings do not restore saved points (docs/SAVED_STATES.md)")
         raise FlideError(f"checkpoints={checkpoints}: {why}; leave the checkpoint directory out")
     saved = None
     if saved_states and engine.resumes:
