@@ -124,37 +124,19 @@ sys.path.insert(0, sys.argv[3])
 from test_launch import BUCKET, record, fake_records
 from test_saved_rows import plan
 from flidec.codegen import eager
-from flidec.codegen.recording import JIT_KERNELS
 from flidec.models.config import TextConfig
 from flidec.runtime.binder import _pack
 from flidec.runtime.engines import GraphEngine
-from flidec.runtime.recording import DTYPES, recording_from_json, write_recording
+from flidec.runtime.recording import recording_from_json, write_recording
 from flidec.runtime.saved.point import PointLayout, SavedPoint
+from flidec.testing.interpreter import InterpreterLauncher
 assert eager.interpreting()
 rec, weights = record(sys.argv[1])
 loaded = recording_from_json(json.loads(write_recording(rec)))
 
-class Interpreter:
-    storages = []
-    def load(self, kernel):
-        return kernel
-    def launch(self, kernel, launch):
-        args = []
-        for (name, typ), value in zip(kernel.params, launch.args):
-            if not typ.startswith("*"):
-                args.append(value.item())
-                continue
-            t = next(s for s in self.storages
-                     if s.data_ptr() <= value < s.data_ptr() + s.numel() * s.element_size())
-            flat = t.reshape(-1).view(torch.uint8)[value - t.data_ptr():]
-            dtype = DTYPES[typ.removeprefix("*")]
-            size = torch.empty((), dtype=dtype).element_size()
-            args.append(flat[: flat.numel() // size * size].view(dtype))
-        eager.launch(JIT_KERNELS[kernel.name], launch.grid, *args, device=torch.device("cpu"),
-                     **dict(kernel.constexprs))
 
 layout = PointLayout.of(TextConfig.from_dir(sys.argv[1]), torch.bfloat16)
-launcher = Interpreter()
+launcher = InterpreterLauncher()
 engine = GraphEngine({"t/b0": loaded}, fake_records(rec), weights, torch.device("cpu"), launcher,
                      graphs=False, layout=layout)
 launcher.storages = [engine.buffers.arena, *engine.buffers.tensors.values(), *engine.buffers.saved.values()]

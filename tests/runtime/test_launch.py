@@ -216,35 +216,18 @@ import json, sys, torch
 sys.path.insert(0, sys.argv[2])
 from test_launch import BUCKET, forked, record, fake_records
 from flidec.codegen import eager
-from flidec.codegen.recording import JIT_KERNELS, play
-from flidec.runtime.recording import DTYPES, recording_from_json, write_recording
+from flidec.codegen.recording import play
+from flidec.runtime.recording import recording_from_json, write_recording
 from flidec.runtime.meta import Stream
 from flidec.runtime.engines import GraphEngine
+from flidec.testing.interpreter import InterpreterLauncher
 from flidec.testing.streams import padded
 assert eager.interpreting()
 rec, weights = record(sys.argv[1])
 loaded = recording_from_json(json.loads(write_recording(rec)))
 
-class Interpreter:
-    storages = []
-    def load(self, kernel):
-        return kernel
-    def launch(self, kernel, launch):
-        args = []
-        for (name, typ), value in zip(kernel.params, launch.args):
-            if not typ.startswith("*"):
-                args.append(value.item())
-                continue
-            t = next(s for s in self.storages
-                     if s.data_ptr() <= value < s.data_ptr() + s.numel() * s.element_size())
-            flat = t.reshape(-1).view(torch.uint8)[value - t.data_ptr():]
-            dtype = DTYPES[typ.removeprefix("*")]
-            size = torch.empty((), dtype=dtype).element_size()
-            args.append(flat[: flat.numel() // size * size].view(dtype))
-        eager.launch(JIT_KERNELS[kernel.name], launch.grid, *args, device=torch.device("cpu"),
-                     **dict(kernel.constexprs))
 
-launcher = Interpreter()
+launcher = InterpreterLauncher()
 engine = GraphEngine({"t/b0": loaded}, fake_records(rec), weights, torch.device("cpu"), launcher,
                      graphs=False)
 launcher.storages = [engine.buffers.arena, *engine.buffers.tensors.values()]
