@@ -21,7 +21,10 @@ total, and for flidec-saved (no checkpoint directory: GPU and host memory) the p
 flidec-saved answer is compared with flidec's (torch.equal of the label logits): `bitwise` counts those
 equal. Then a restart: a Program with a checkpoint directory answers each trajectory's last step, and a new
 Program over the directory resumes each trajectory's next step from disk, timed against the first Program
-resuming the same step from GPU memory. Writes the report as JSON (`--out`) and prints it.
+resuming the same step from GPU memory. flidec's saved states get GPU_BUDGET_GIB of GPU memory, the size of
+flide's session cache here. Last, one more step per trajectory under cProfile (untimed): where the host
+time of a resumed step goes (`host_profile`, the top functions by own time). Writes the report as JSON
+(`--out`) and prints it.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ ensure_flidec(ROOT)
 import torch
 
 EXAMPLES = ROOT / "examples"
+GPU_BUDGET_GIB = 8.0  # flidec's saved states in GPU memory: the size of flide's session cache below
 SPECS = {"planner": EXAMPLES / "planner.flide", "systemone": EXAMPLES / "systemone.flide"}
 
 
@@ -68,7 +72,7 @@ def histories(count_tokens, trajectories: int, steps: int, start: int, step: int
 
         text = grow(start, text)
         texts.append(text)
-        for k in range(1, steps + 1):  # one more than timed: the restart's step
+        for k in range(1, steps + 2):  # two more than timed: the restart's step, the profiled one
             text = grow(start + k * step, text)
             texts.append(text)
         out.append(texts)
@@ -114,7 +118,7 @@ def run_flidec(artifact: Path, variant: str, hist: list[list[str]], steps: int, 
     from flidec.runtime.program import load
 
     fresh = load(artifact, "cuda", saved_states=False)
-    saved = load(artifact, "cuda")  # GPU and host memory: the steps' timing without checkpoint writes
+    saved = load(artifact, "cuda", gpu_budget_gib=GPU_BUDGET_GIB)  # no checkpoint directory: no writes
     for p in (fresh, saved):  # first use of the buckets these steps land in: graphs captured, untimed
         p.label_logits([instance(variant, h[0] + " warm", 0) for h in hist[:1]])
     times = {"flidec": [[] for _ in range(steps)], "flidec-saved": [[] for _ in range(steps)]}
@@ -136,16 +140,17 @@ def run_flidec(artifact: Path, variant: str, hist: list[list[str]], steps: int, 
     stats = saved.stats.saved
     out["flidec-saved"]["saved_stats"] = {"hits": stats.hits, "tokens_reused": stats.tokens_reused,
                                           "saved": stats.saved, "bytes": stats.bytes,
+                                          "points": stats.points, "evicted": stats.evicted,
                                           "from_tier": stats.from_tier}
     # a restart: a Program with a checkpoint directory answers every trajectory's last step (saving its
     # point); a new Program over the directory resumes the next step from disk, timed against the first
     # Program resuming the same step from GPU memory
-    writer = load(artifact, "cuda", checkpoints=checkpoints)
+    writer = load(artifact, "cuda", checkpoints=checkpoints, gpu_budget_gib=GPU_BUDGET_GIB)
     for h in hist:
         writer.label_logits([instance(variant, h[steps - 1], steps - 1)])
     writer.saved.flush()
     saved = writer
-    restarted = load(artifact, "cuda", checkpoints=checkpoints)
+    restarted = load(artifact, "cuda", checkpoints=checkpoints, gpu_budget_gib=GPU_BUDGET_GIB)
     restarted.label_logits([instance(variant, hist[0][0] + " warm", 0)])  # its first replay, untimed
     disk, gpu, same = [], [], 0
     for h in hist:
@@ -158,7 +163,25 @@ def run_flidec(artifact: Path, variant: str, hist: list[list[str]], steps: int, 
     out["restart"] = {"disk_resume_ms": round(statistics.mean(disk), 3),
                       "gpu_resume_ms": round(statistics.mean(gpu), 3),
                       "from_tier": restarted.stats.saved.from_tier, "bitwise": f"{same}/{len(hist)}"}
+    last = [instance(variant, h[steps + 1], steps + 1) for h in hist]
+    out["host_profile"] = host_profile(lambda: [saved.label_logits([inst]) for inst in last])
     return out
+
+
+def host_profile(fn, top: int = 25) -> list[dict]:
+    """The functions `fn` spends most host time in, by own time: [{function, calls, own_ms, total_ms}]."""
+    import cProfile
+    import pstats
+
+    prof = cProfile.Profile()
+    prof.runcall(fn)
+    torch.cuda.synchronize()
+    rows = []
+    for (file, line, name), (_, calls, own, total, _) in pstats.Stats(prof).stats.items():
+        where = f"{Path(file).name}:{line}:{name}" if line else name
+        rows.append({"function": where, "calls": calls, "own_ms": round(own * 1e3, 2),
+                     "total_ms": round(total * 1e3, 2)})
+    return sorted(rows, key=lambda r: -r["own_ms"])[:top]
 
 
 def run_flide(model: Path, spec: Path, variant: str, hist: list[list[str]], warm: list[list[str]],

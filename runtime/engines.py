@@ -196,7 +196,7 @@ class GraphEngine:
         if not meta.captures:
             return []
         assert self.layout is not None
-        return captured_points(self.buffers.saved, meta.captures, self.layout)
+        return captured_points(self.buffers.saved, meta, self.layout)
 
     def run(self, tree: str, bucket: Bucket | None, stream: Stream, held: Sequence[SavedPoint] = ()
             ) -> torch.Tensor:

@@ -29,10 +29,12 @@ FORK_OPS = ("fork_attention", "fork_conv", "fork_gdn")
 
 @dataclass
 class Captured:
-    """A saved point in the making: the tensors of the first `length` positions of a segment's path."""
+    """A saved point in the making: the tensors of the first `length` positions of a segment's path (keys
+    and values from position `start` on: an engine leaves out what the point it resumed from holds)."""
 
     segment: int
     length: int
+    start: int = 0
     keys: list[torch.Tensor] = field(default_factory=list)
     values: list[torch.Tensor] = field(default_factory=list)
     states: list[torch.Tensor] = field(default_factory=list)

@@ -5,6 +5,10 @@ the key norm and RoPE); per Gated DeltaNet layer, the fp32 recurrent state at `l
 (the conv inputs of the CONV_TAPS - 1 positions before `length`). `length` is a multiple of CHUNK, so a
 continuation starts on a chunk boundary with no straddling chunk to recompute. PointLayout fixes the shapes
 and dtypes a model's points have: what a checkpoint read from disk is checked against.
+
+A point's keys and values are a run of extents: a point made by extending another shares that point's
+extents and adds one for its new positions, so an agent history that grows a few hundred positions a step
+costs a step's keys and values and one set of GDN states, not its whole history again.
 """
 
 from __future__ import annotations
@@ -51,6 +55,18 @@ class PointLayout:
             out[f"gdn.{i}.window"] = (self.window, self.dtype)
         return out
 
+    def fixed_shapes(self, length: int) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+        """A checkpoint's tensors beside its extents: token ids, GDN states and conv windows."""
+        return {k: v for k, v in self.shapes(length).items() if not k.startswith("attention.")}
+
+    def extent_shapes(self, start: int, end: int) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+        """A checkpoint's tensors of the extent [start, end): "kv.START.attention.I.keys" and "...values"."""
+        out = {}
+        for i in range(self.attention_layers):
+            for part in ("keys", "values"):
+                out[f"kv.{start}.attention.{i}.{part}"] = ((end - start, *self.kv), self.dtype)
+        return out
+
     def nbytes(self, length: int) -> int:
         """Bytes of a point of `length` positions (its token ids included)."""
         total = 0
@@ -62,29 +78,91 @@ class PointLayout:
         return total
 
 
+MAX_EXTENTS = 32  # a point that would have more holds one extent over all its positions instead
+
+
+def _nbytes(tensors) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+@dataclass(frozen=True, eq=False)
+class Extent:
+    """Keys and values of positions [start, end) of one token prefix, every attention layer: the part of a
+    saved point's keys and values that the points extending it share. `id` names that run of that prefix
+    (the prefix's key at `end` and `start`), so two tiers or checkpoints holding it hold the same bits."""
+
+    id: str
+    start: int
+    end: int
+    keys: tuple[torch.Tensor, ...]  # per attention layer [end - start, kv heads, head dim]
+    values: tuple[torch.Tensor, ...]
+
+    @property
+    def nbytes(self) -> int:
+        return _nbytes(self.keys + self.values)
+
+    def to(self, device: torch.device, *, pin: bool = False) -> Extent:
+        return Extent(self.id, self.start, self.end, tuple(_move(t, device, pin) for t in self.keys),
+                      tuple(_move(t, device, pin) for t in self.values))
+
+
+def extent_id(prefix_key: str, start: int) -> str:
+    return f"{prefix_key}:{start}"
+
+
+def joined(extents: tuple[Extent, ...], prefix_key: str) -> Extent:
+    """One extent of a run of extents' positions (a copy), under the key of the prefix they end."""
+    layers = range(len(extents[0].keys))
+    return Extent(extent_id(prefix_key, extents[0].start), extents[0].start, extents[-1].end,
+                  tuple(_cat([e.keys[i] for e in extents]) for i in layers),
+                  tuple(_cat([e.values[i] for e in extents]) for i in layers))
+
+
 @dataclass(frozen=True, eq=False)
 class SavedPoint:
     key: str  # the address of its token prefix (keys.prefix_keys)
     length: int  # positions held, a multiple of CHUNK
     tokens: torch.Tensor  # [length] int64, on the host
-    keys: tuple[torch.Tensor, ...]  # per attention layer [length, kv heads, head dim]
-    values: tuple[torch.Tensor, ...]
+    extents: tuple[Extent, ...]  # its keys and values: runs covering [0, length) in order
     states: tuple[torch.Tensor, ...]  # per GDN layer [value heads, key dim, value dim] fp32
     windows: tuple[torch.Tensor, ...]  # per GDN layer [CONV_TAPS - 1, conv channels]
 
     def __post_init__(self) -> None:
         assert self.length > 0 and self.length % CHUNK == 0 and self.tokens.shape == (self.length,)
+        ends = [0] + [e.end for e in self.extents]
+        assert [e.start for e in self.extents] == ends[:-1] and ends[-1] == self.length, "extents cover it"
+
+    @classmethod
+    def whole(cls, key: str, length: int, tokens: torch.Tensor, keys, values, states, windows) -> SavedPoint:
+        """A point whose keys and values are one extent of all its positions."""
+        return cls(key, length, tokens, (Extent(extent_id(key, 0), 0, length, tuple(keys), tuple(values)),),
+                   tuple(states), tuple(windows))
+
+    @property
+    def keys(self) -> tuple[torch.Tensor, ...]:
+        """Per attention layer, the keys of all its positions (one tensor; a copy when it has extents)."""
+        return joined(self.extents, self.key).keys
+
+    @property
+    def values(self) -> tuple[torch.Tensor, ...]:
+        return joined(self.extents, self.key).values
+
+    @property
+    def fixed_nbytes(self) -> int:
+        """Bytes of what it holds beside its extents: tokens, GDN states and conv windows."""
+        return _nbytes((self.tokens, *self.states, *self.windows))
 
     @property
     def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self.tensors().values())
+        """Bytes of all it holds, extents it shares with other points included."""
+        return self.fixed_nbytes + sum(e.nbytes for e in self.extents)
 
     @property
     def device(self) -> torch.device:
-        return (self.states or self.keys)[0].device
+        return (self.states or self.extents[0].keys)[0].device
 
     def tensors(self) -> dict[str, torch.Tensor]:
-        """Every tensor by its checkpoint name (PointLayout.shapes)."""
+        """Every tensor by its checkpoint name (PointLayout.shapes), keys and values whole."""
         out = {"tokens": self.tokens}
         for i, (k, v) in enumerate(zip(self.keys, self.values, strict=True)):
             out[f"attention.{i}.keys"], out[f"attention.{i}.values"] = k, v
@@ -96,28 +174,47 @@ class SavedPoint:
     def from_tensors(cls, key: str, length: int, tensors: dict[str, torch.Tensor], layout: PointLayout
                      ) -> SavedPoint:
         """The point these named tensors make; PointRefused unless they are exactly the layout's."""
-        want = layout.shapes(length)
-        if set(tensors) != set(want):
-            extra, missing = sorted(set(tensors) - set(want)), sorted(set(want) - set(tensors))
-            raise PointRefused(f"other model: tensors do not match this model's saved points (missing "
-                               f"{missing[:3]}, unexpected {extra[:3]})")
-        for name, (shape, dtype) in want.items():
-            t = tensors[name]
-            if tuple(t.shape) != shape or t.dtype != dtype:
-                raise PointRefused(f"other model: tensor {name} is {t.dtype} {list(t.shape)}; this model's "
-                                   f"points hold {dtype} {list(shape)}")
-        return cls(key, length, tensors["tokens"],
-                   tuple(tensors[f"attention.{i}.keys"] for i in range(layout.attention_layers)),
-                   tuple(tensors[f"attention.{i}.values"] for i in range(layout.attention_layers)),
-                   tuple(tensors[f"gdn.{i}.state"] for i in range(layout.gdn_layers)),
-                   tuple(tensors[f"gdn.{i}.window"] for i in range(layout.gdn_layers)))
+        check_tensors(tensors, layout.shapes(length))
+        return cls.whole(key, length, tensors["tokens"],
+                         [tensors[f"attention.{i}.keys"] for i in range(layout.attention_layers)],
+                         [tensors[f"attention.{i}.values"] for i in range(layout.attention_layers)],
+                         [tensors[f"gdn.{i}.state"] for i in range(layout.gdn_layers)],
+                         [tensors[f"gdn.{i}.window"] for i in range(layout.gdn_layers)])
+
+    def with_extents(self, extents: tuple[Extent, ...], device: torch.device, *, pin: bool = False
+                     ) -> SavedPoint:
+        """This point on `device` (tokens stay on the host) with `extents` (already there) for its keys and
+        values; `pin`: in pinned host memory."""
+        return SavedPoint(self.key, self.length, self.tokens, extents,
+                          tuple(_move(t, device, pin) for t in self.states),
+                          tuple(_move(t, device, pin) for t in self.windows))
 
     def to(self, device: torch.device, *, pin: bool = False) -> SavedPoint:
         """This point's tensors on `device` (tokens stay on the host); `pin`: in pinned host memory."""
-        def move(t: torch.Tensor) -> torch.Tensor:
-            if pin:
-                return t.cpu().pin_memory()
-            return t.to(device, non_blocking=False)
-        return SavedPoint(self.key, self.length, self.tokens, tuple(map(move, self.keys)),
-                          tuple(map(move, self.values)), tuple(map(move, self.states)),
-                          tuple(map(move, self.windows)))
+        return self.with_extents(tuple(e.to(device, pin=pin) for e in self.extents), device, pin=pin)
+
+
+def check_tensors(tensors: dict[str, torch.Tensor], want: dict[str, tuple[tuple[int, ...], torch.dtype]]
+                  ) -> None:
+    """PointRefused unless `tensors` are exactly `want`'s names, shapes and dtypes."""
+    if set(tensors) != set(want):
+        extra, missing = sorted(set(tensors) - set(want)), sorted(set(want) - set(tensors))
+        raise PointRefused(f"other model: tensors do not match this model's saved points (missing "
+                           f"{missing[:3]}, unexpected {extra[:3]})")
+    for name, (shape, dtype) in want.items():
+        t = tensors[name]
+        if tuple(t.shape) != shape or t.dtype != dtype:
+            raise PointRefused(f"other model: tensor {name} is {t.dtype} {list(t.shape)}; this model's "
+                               f"points hold {dtype} {list(shape)}")
+
+
+def _cat(parts: list[torch.Tensor]) -> torch.Tensor:
+    return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+
+def _move(t: torch.Tensor, device: torch.device, pin: bool) -> torch.Tensor:
+    """`t` on `device`; `pin`: in pinned host memory, in one copy (pinned blocks are reused once freed)."""
+    if pin:
+        out = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+        return out.copy_(t)
+    return t.to(device, non_blocking=False)

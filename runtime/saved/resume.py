@@ -19,7 +19,7 @@ import torch
 from flidec.ir.errors import InstanceError
 from flidec.runtime.binder import Plan
 from flidec.runtime.saved.keys import BLOCK, prefix_keys
-from flidec.runtime.saved.point import SavedPoint
+from flidec.runtime.saved.point import MAX_EXTENTS, Extent, SavedPoint, extent_id, joined
 from flidec.runtime.saved.store import SavedStates
 
 SAVE_MARGIN = 8
@@ -71,8 +71,22 @@ def point_key(store: SavedStates, ids: list[int], n: int) -> str:
 
 
 def make_point(store: SavedStates, plan: Plan, captured) -> SavedPoint:
-    """The saved point of a plan's captured tensors (reference/executor.Captured or an engine's own)."""
-    n = captured.length
-    return SavedPoint(point_key(store, plan.ids[0], n), n, torch.tensor(plan.ids[0][:n], dtype=torch.int64),
-                      tuple(captured.keys), tuple(captured.values), tuple(captured.states),
-                      tuple(captured.windows))
+    """The saved point of a plan's captured tensors (reference/executor.Captured or an engine's own: keys and
+    values of positions [captured.start, length)). A point that extends the one its plan resumed from
+    shares that point's extents and adds one for its new positions; past MAX_EXTENTS, one over all."""
+    n, start = captured.length, captured.start
+    key = point_key(store, plan.ids[0], n)
+    tokens = torch.tensor(plan.ids[0][:n], dtype=torch.int64)
+    parent = plan.held
+    at = parent.length if parent is not None else 0
+    assert start <= at < n, "a capture holds every position past the point it resumed from"
+
+    def rows(t: torch.Tensor) -> torch.Tensor:  # positions [at, n) of a capture's positions [start, n)
+        return t if start == at else t[at - start :].clone()
+
+    own = Extent(extent_id(key, at), at, n, tuple(map(rows, captured.keys)),
+                 tuple(map(rows, captured.values)))
+    extents = (*parent.extents, own) if parent is not None else (own,)
+    if len(extents) > MAX_EXTENTS:
+        extents = (joined(extents, key),)
+    return SavedPoint(key, n, tokens, extents, tuple(captured.states), tuple(captured.windows))

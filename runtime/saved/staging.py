@@ -2,8 +2,10 @@
 
 Before a replay that resumes, each stored root's point is copied into the staging its recorded copies
 restore from (codegen/saved_rows.py): keys and values of all its positions, roots one after another in
-StreamMeta.stored order; conv window and GDN state at the root's index. After a replay that saves, each
-capture is copied out of the capture staging into a new point's tensors, in StreamMeta.captures order.
+StreamMeta.stored order, extent by extent; conv window and GDN state at the root's index. After a replay
+that saves, each capture is copied out of the capture staging into a new point's tensors, in
+StreamMeta.captures order: the keys and values of the positions past the stored root it extends, if any
+(the point it makes shares that root's extents, runtime/saved/resume.make_point).
 Every copy is a device copy on the engine's stream, ordered with the replay.
 """
 
@@ -13,6 +15,7 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
+from flidec.runtime.meta import StreamMeta
 from flidec.runtime.reference.executor import Captured
 from flidec.runtime.saved.point import PointLayout, SavedPoint
 
@@ -35,10 +38,12 @@ def stage_held(staging: Mapping[str, torch.Tensor], held: Sequence[SavedPoint], 
     window = layout.window[0]
     row = 0
     for j, p in enumerate(held):
-        for i in range(layout.attention_layers):
-            for part, t in (("keys", p.keys[i]), ("values", p.values[i])):
-                staging[f"saved.attention.{i}.{part}"][row : row + p.length].copy_(t.reshape(p.length, -1),
-                                                                                   non_blocking=True)
+        for e in p.extents:
+            rows = slice(row + e.start, row + e.end)
+            for i in range(layout.attention_layers):
+                for part, t in (("keys", e.keys[i]), ("values", e.values[i])):
+                    staging[f"saved.attention.{i}.{part}"][rows].copy_(t.reshape(e.end - e.start, -1),
+                                                                       non_blocking=True)
         for i in range(layout.gdn_layers):
             staging[f"saved.gdn.{i}.window"][j * window : (j + 1) * window].copy_(p.windows[i],
                                                                                   non_blocking=True)
@@ -47,18 +52,20 @@ def stage_held(staging: Mapping[str, torch.Tensor], held: Sequence[SavedPoint], 
         row += p.length
 
 
-def captured_points(staging: Mapping[str, torch.Tensor], captures: Sequence[tuple[int, int]],
-                    layout: PointLayout) -> list[Captured]:
+def captured_points(staging: Mapping[str, torch.Tensor], meta: StreamMeta, layout: PointLayout
+                    ) -> list[Captured]:
     per = layout.state[0] * layout.state[1]
     window = layout.window[0]
     out, row = [], 0
-    for j, (segment, n) in enumerate(captures):
-        c = Captured(segment, n)
+    for j, (segment, n) in enumerate(meta.captures):
+        stored = [a for a in meta.ancestors[segment] if a in meta.stored]
+        start = meta.segments[stored[0]].length if stored else 0  # a stored root's positions: its point's
+        c = Captured(segment, n, start)
         for i in range(layout.attention_layers):
-            c.keys.append(staging[f"capture.attention.{i}.keys"][row : row + n]
-                          .reshape(n, *layout.kv).clone())
-            c.values.append(staging[f"capture.attention.{i}.values"][row : row + n]
-                            .reshape(n, *layout.kv).clone())
+            c.keys.append(staging[f"capture.attention.{i}.keys"][row + start : row + n]
+                          .reshape(n - start, *layout.kv).clone())
+            c.values.append(staging[f"capture.attention.{i}.values"][row + start : row + n]
+                            .reshape(n - start, *layout.kv).clone())
         for i in range(layout.gdn_layers):
             c.windows.append(staging[f"capture.gdn.{i}.window"][j * window : (j + 1) * window].clone())
             c.states.append(staging[f"capture.gdn.{i}.state"][j * per : (j + 1) * per]

@@ -5,6 +5,8 @@ engine's device (a host or disk point is promoted); `save` keeps a new point in 
 it to the checkpoint directory (write-through: a later process resumes from it). A point evicted from GPU
 memory moves to host memory; one evicted from host memory remains only on disk (if there is a directory).
 A session (an instance's `x_session`) pins its latest point against eviction and can drop its points.
+Each tier keeps one copy of an extent its points share (tiers.Tier); a point moved between tiers copies only
+the extents the tier it moves to lacks.
 Thread-safe: Program.run's callers share one store.
 """
 
@@ -49,7 +51,9 @@ class SavedStates:
                  host_bytes: int = 8 * GIB, checkpoints: str | Path | None = None):
         self.scope, self.layout, self.device = scope, layout, device
         self.cuda = device.type == "cuda"
-        self.tiers = ([Tier("gpu", gpu_bytes)] if self.cuda else []) + [Tier("host", host_bytes)]
+        cpu = torch.device("cpu")
+        self.tiers = ([Tier("gpu", gpu_bytes, device)] if self.cuda else []) + [
+            Tier("host", host_bytes, cpu, pin=self.cuda)]
         self.disk = Checkpoints(checkpoints, scope, layout) if checkpoints is not None else None
         self.sessions: dict[str, list[str]] = {}  # session id -> keys of its points, latest last
         self._lock = threading.Lock()
@@ -87,9 +91,9 @@ class SavedStates:
                 keys = self.sessions.setdefault(session, [])
                 if point.key not in keys:
                     keys.append(point.key)
-            self._keep(0, point.to(self.device) if self.cuda else point)
-            if self.disk is not None:  # the writer thread touches no CUDA memory: a graph may be capturing
-                self.disk.write(point if point.device.type == "cpu" else point.to(torch.device("cpu")))
+            self._keep(0, point)
+            if self.disk is not None:
+                self.disk.write(point)
 
     def flush(self) -> None:
         """Wait until every saved point is on disk (a no-op without a checkpoint directory)."""
@@ -100,12 +104,13 @@ class SavedStates:
         """Forget every point saved under a session, in every tier and on disk."""
         self.flush()  # a write still queued would bring a dropped point back
         with self._lock:
-            for key in self.sessions.pop(session, []):
+            keys = self.sessions.pop(session, [])
+            for key in keys:
                 for t in self.tiers:
                     if key in t:
                         t.pop(key)
-                if self.disk is not None:
-                    self.disk.remove(key)
+            if self.disk is not None:
+                self.disk.remove(set(keys))
 
     def stats(self) -> SavedStats:
         with self._lock:
@@ -127,19 +132,20 @@ class SavedStates:
             if point is not None:
                 if i > 0:  # promoted to the fastest tier (or back down, if it does not fit there)
                     t.pop(key)
-                    point = point.to(self.device)
-                    self._keep(0, point)
+                    point = self._keep(0, point)
                 return point, t.name
         if self.disk is not None and self.disk.has(key):
             point = self.disk.read(key)
             if point is not None:
-                self._keep(0, point.to(self.device) if self.cuda else point)
-                return self.tiers[0].get(key) or point, "disk"
+                return self._keep(0, point), "disk"
         return None, ""
 
-    def _keep(self, level: int, point: SavedPoint) -> None:
-        """Put `point` in tier `level`, moving what it evicts one tier down (host: to the host's memory)."""
+    def _keep(self, level: int, point: SavedPoint) -> SavedPoint:
+        """Put `point` in tier `level` (as that tier holds it, Tier.adopt: returned), moving what it evicts
+        one tier down."""
         pinned = {keys[-1] for keys in self.sessions.values() if keys}
+        point = self.tiers[level].adopt(point)
         for out in self.tiers[level].put(point, pinned):
             if level + 1 < len(self.tiers):
-                self._keep(level + 1, out.to(torch.device("cpu"), pin=self.cuda))
+                self._keep(level + 1, out)
+        return point

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -22,7 +23,8 @@ from flidec.passes.pipeline import GRAPH_PIPELINE  # registers the passes
 from flidec.runtime.binder import Plan, _pack
 from flidec.runtime.recording import MODEL_DTYPES
 from flidec.runtime.reference.qwen3_5 import Qwen35
-from flidec.runtime.saved.point import PointLayout, SavedPoint
+from flidec.runtime.saved.point import PointLayout
+from flidec.runtime.saved.resume import make_point
 from flidec.runtime.saved.staging import captured_points, stage_held
 
 BUCKET = Bucket("b0", rows=192, segments=8, depth=3, reads=4, labels=3)
@@ -80,20 +82,23 @@ def test_a_resumed_stream_reads_what_the_fresh_one_reads(model) -> None:
 
     # fresh, saving the point of 64 positions (the state enters its second chunk there)
     staging: dict[str, torch.Tensor] = {}
-    fresh, meta = played(rec, weights, [plan(root, questions, save=64), plan(other, [[1, 2]])], staging)
-    (captured,) = captured_points(staging, meta.captures, layout)
-    first = SavedPoint("p64", 64, torch.tensor(root[:64]), *_parts(captured))
+    saving = plan(root, questions, save=64)
+    fresh, meta = played(rec, weights, [saving, plan(other, [[1, 2]])], staging)
+    (captured,) = captured_points(staging, meta, layout)
+    first = make_point(STORE, saving, captured)
 
     # resumed from it, saving the point of 128 positions: the same reads, bit for bit
     staging = {}
     stage_held(_fill(staging, rec), [first], layout)
-    resumed, meta = played(rec, weights, [plan(root, questions, held=first, save=128), plan(other, [[1, 2]])],
-                           staging)
+    saving = plan(root, questions, held=first, save=128)
+    resumed, meta = played(rec, weights, [saving, plan(other, [[1, 2]])], staging)
     assert meta.stored and torch.equal(resumed, fresh), "a resumed read differs from its fresh one"
-    (captured,) = captured_points(staging, meta.captures, layout)
-    second = SavedPoint("p128", 128, torch.tensor(root[:128]), *_parts(captured))
+    (captured,) = captured_points(staging, meta, layout)
+    assert captured.start == 64  # the capture leaves out what the point it resumed from holds
+    second = make_point(STORE, saving, captured)
+    assert second.extents[0] is first.extents[0] and len(second.extents) == 2  # shared, not copied
 
-    # resumed from the point the resumed stream captured
+    # resumed from the point the resumed stream captured: its two extents restored one after the other
     staging = {}
     stage_held(_fill(staging, rec), [second], layout)
     again, _ = played(rec, weights, [plan(root, questions, held=second), plan(other, [[1, 2]])], staging)
@@ -105,8 +110,7 @@ def test_a_resumed_stream_reads_what_the_fresh_one_reads(model) -> None:
     assert all(t.view(torch.uint8).eq(0xFF).all() for t in staging.values())
 
 
-def _parts(c) -> tuple:
-    return tuple(c.keys), tuple(c.values), tuple(c.states), tuple(c.windows)
+STORE = SimpleNamespace(scope="ab" * 32)  # what make_point reads of a store: the scope of its keys
 
 
 def _fill(staging: dict[str, torch.Tensor], rec) -> dict[str, torch.Tensor]:
@@ -150,8 +154,7 @@ def stream(p):
 plain = engine.submit("t", BUCKET, stream(plan(root, questions)))
 fresh = engine.submit("t", BUCKET, stream(plan(root, questions, save=64)))
 (c,) = fresh.captured
-point = SavedPoint("k", 64, torch.tensor(root[:64]), tuple(c.keys), tuple(c.values), tuple(c.states),
-                   tuple(c.windows))
+point = SavedPoint.whole("k", 64, torch.tensor(root[:64]), c.keys, c.values, c.states, c.windows)
 resumed = engine.submit("t", BUCKET, stream(plan(root, questions, held=point)), [point])
 print(json.dumps({"resumed": bool(torch.equal(resumed.result(), fresh.result())),
                   "plain": bool(torch.equal(plain.result(), fresh.result())), "resumes": engine.resumes,

@@ -9,7 +9,7 @@ import torch
 from flidec.runtime.binder import Plan, _pack
 from flidec.runtime.meta import CHUNK
 from flidec.runtime.saved.keys import BLOCK, prefix_keys
-from flidec.runtime.saved.point import PointLayout, SavedPoint
+from flidec.runtime.saved.point import Extent, PointLayout, SavedPoint, extent_id, joined
 from flidec.runtime.saved.tiers import Tier
 
 SCOPE = "ab" * 32
@@ -44,7 +44,7 @@ def test_a_points_bytes_are_its_layouts() -> None:
 
 def test_a_tier_evicts_least_recently_used_unpinned_first_within_its_budget() -> None:
     size = point("x").nbytes
-    tier = Tier("host", 3 * size)
+    tier = Tier("host", 3 * size, torch.device("cpu"))
     for k in "abc":
         assert tier.put(point(k), set()) == []
     tier.get("a")  # now b is the least recently used
@@ -56,9 +56,48 @@ def test_a_tier_evicts_least_recently_used_unpinned_first_within_its_budget() ->
     assert tier.put(big, set()) == [big] and "g" not in tier  # larger than the budget: not kept
 
 
+def extended(parent: SavedPoint, key: str, more: int = CHUNK) -> SavedPoint:
+    """A point of `more` positions past `parent`, sharing its extents (as resume.make_point makes one)."""
+    kv = tuple(torch.full((more, *LAYOUT.kv), float(len(key)), dtype=LAYOUT.dtype)
+               for _ in range(LAYOUT.attention_layers))
+    own = Extent(extent_id(key, parent.length), parent.length, parent.length + more, kv, kv)
+    n = parent.length + more
+    return SavedPoint(key, n, torch.arange(n), (*parent.extents, own), parent.states, parent.windows)
+
+
+def test_points_in_a_tier_share_extents_counted_once_and_freed_with_the_last() -> None:
+    a = point("a")
+    b = extended(a, "b")
+    ext = a.extents[0].nbytes
+    tier = Tier("host", 10 * a.nbytes, torch.device("cpu"))
+    tier.put(tier.adopt(a), set())
+    tier.put(tier.adopt(b), set())
+    assert tier.nbytes == a.fixed_nbytes + b.fixed_nbytes + ext + b.extents[1].nbytes
+    assert len(tier.extents) == 2
+    tier.pop("a")  # b still holds a's extent
+    assert tier.nbytes == b.fixed_nbytes + ext + b.extents[1].nbytes and a.extents[0].id in tier.extents
+    tier.pop("b")
+    assert tier.nbytes == 0 and not tier.extents
+    assert torch.equal(b.keys[0][: a.length], a.keys[0]) and b.keys[0].shape[0] == b.length
+    whole = joined(b.extents, "b")
+    assert (whole.start, whole.end) == (0, b.length) and torch.equal(whole.values[1], b.values[1])
+
+
+def test_a_tier_adopts_a_point_with_its_own_copy_of_the_extents_it_holds() -> None:
+    a = point("a")
+    tier = Tier("host", 10 * a.nbytes, torch.device("cpu"))
+    kept = tier.adopt(a)
+    tier.put(kept, set())
+    twin = SavedPoint.whole("a", a.length, a.tokens, a.keys, a.values, a.states, a.windows)  # same id, copy
+    b = tier.adopt(extended(twin, "b"))
+    assert b.extents[0] is kept.extents[0]  # the tier's copy, not the twin's
+    assert tier.cost(b) == b.fixed_nbytes + b.extents[1].nbytes
+
+
 def test_a_held_prefix_packs_as_a_stored_root_after_every_computed_row() -> None:
     held = point("h", CHUNK)
-    held = SavedPoint(held.key, CHUNK, torch.arange(CHUNK), held.keys, held.values, held.states, held.windows)
+    held = SavedPoint.whole(held.key, CHUNK, torch.arange(CHUNK), held.keys, held.values, held.states,
+                            held.windows)
     resumed = Plan([list(range(CHUNK + 5)), [90, 91]], [-1, 0], [])
     resumed.held = held
     other = Plan([[7, 8, 9]], [-1], [])

@@ -178,6 +178,72 @@ def test_a_bad_checkpoint_is_refused_logged_and_computed_fresh_equal(planner_cpu
     assert any("checkpoint refused" in r.message for r in caplog.records)
 
 
+def written_chain(planner_cpu_artifact, fresh, directory: Path, trajectory: int) -> list[dict]:
+    """Three steps of one trajectory in one Program: each point extends the one before; their manifests,
+    oldest first."""
+    program = load(planner_cpu_artifact, "cpu", checkpoints=directory)
+    for step in range(3):
+        equal_fresh(fresh, program, [planner(trajectory, step)])
+    program.saved.flush()
+    manifests = [json.loads(m.read_text()) for m in saved_files(directory)]
+    return sorted(manifests, key=lambda m: m["length"])
+
+
+def test_a_point_extending_a_written_one_writes_only_its_new_positions(planner_cpu_artifact, fresh,
+                                                                      tmp_path) -> None:
+    chain = written_chain(planner_cpu_artifact, fresh, tmp_path, 12)
+    assert len(chain) == 3
+    first, last = chain[0], chain[-1]
+    assert [e["file"] for e in last["extents"]] == [m["key"] for m in chain]  # one extent per step's file
+    assert [(e["start"], e["end"]) for e in last["extents"]] == [
+        (0, first["length"]), (first["length"], chain[1]["length"]), (chain[1]["length"], last["length"])]
+    own = {name.split(".")[1] for name in last["tensors"] if name.startswith("kv.")}
+    assert own == {str(chain[1]["length"])}  # its file holds only its new positions' keys and values
+    again = load(planner_cpu_artifact, "cpu", checkpoints=tmp_path)  # a restart reads across the files
+    (reused,) = equal_fresh(fresh, again, [planner(12, 3)])
+    assert reused == last["length"] and again.stats.saved.from_tier == {"disk": 1}
+
+
+@pytest.mark.parametrize("damage", ["flipped", "gone"])
+def test_a_point_whose_extent_file_is_bad_is_refused_and_computed_fresh(planner_cpu_artifact, fresh, tmp_path,
+                                                                       damage) -> None:
+    chain = written_chain(planner_cpu_artifact, fresh, tmp_path, 14)
+    (scope,) = tmp_path.iterdir()
+    data = scope / f"{chain[0]['key']}.safetensors"  # holds the first extent every later point reads
+    if damage == "flipped":
+        flip(data, -9)
+    else:
+        data.unlink()
+    again = load(planner_cpu_artifact, "cpu", checkpoints=tmp_path)
+    assert equal_fresh(fresh, again, [planner(14, 3)]) == [0]
+    refused = again.stats.saved.refused
+    assert sum(refused.values()) == 3 and set(refused) == ({"corrupt"} if damage == "flipped" else
+                                                          {"unreadable"}), refused
+
+
+def test_dropping_a_session_keeps_the_file_another_sessions_point_reads(planner_cpu_artifact, fresh,
+                                                                       tmp_path) -> None:
+    program = load(planner_cpu_artifact, "cpu", checkpoints=tmp_path)
+    equal_fresh(fresh, program, [{**planner(15, 0), "x_session": "a"}])
+    equal_fresh(fresh, program, [{**planner(15, 1), "x_session": "b"}])  # extends a's point
+    program.saved.flush()
+    first, second = sorted((json.loads(m.read_text()) for m in saved_files(tmp_path)),
+                           key=lambda m: m["length"])
+    program.saved.drop("a")
+    (scope,) = tmp_path.iterdir()
+    assert not program.saved.has(first["key"]) and (scope / f"{first['key']}.extents.json").is_file()
+    again = load(planner_cpu_artifact, "cpu", checkpoints=tmp_path)
+    (reused,) = equal_fresh(fresh, again, [planner(15, 2)])
+    assert reused == second["length"] and again.stats.saved.refused == {}
+    again.saved.flush()
+    third = max((json.loads(m.read_text()) for m in saved_files(tmp_path)), key=lambda m: m["length"])
+    again.saved.sessions.update(b=[second["key"]], c=[third["key"]])  # as requests naming them would
+    again.saved.drop("b")  # the third point reads b's file (and a's): both stay
+    assert {p.name.split(".", 1)[1] for p in scope.iterdir()} == {"safetensors", "json", "extents.json"}
+    again.saved.drop("c")  # nothing reads a's or b's file any more: every file goes
+    assert list(scope.iterdir()) == []
+
+
 def test_an_unwritable_checkpoint_directory_never_fails_a_request(planner_cpu_artifact, fresh, tmp_path,
                                                                   monkeypatch) -> None:
     blocker = tmp_path / "a-file"
