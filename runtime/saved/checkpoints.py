@@ -86,6 +86,8 @@ class Checkpoints:
         self.write_failures = 0
         self._refused_keys: set[str] = set()  # refused once: not read again until rewritten
         self._files: dict[str, str] = {}  # extent id -> the checkpoint whose file holds it (written or read)
+        self._keys: set[str] = set()  # checkpoints in the directory (refresh)
+        self._stamp: int | None = None  # the directory's mtime when they were listed
         self._queue: queue.Queue[_Write] = queue.Queue(WRITE_QUEUE)
         self._writer: threading.Thread | None = None
         try:
@@ -98,7 +100,20 @@ class Checkpoints:
         return self.dir / f"{key}.safetensors", self.dir / f"{key}.json"
 
     def has(self, key: str) -> bool:
-        return key not in self._refused_keys and self.paths(key)[1].is_file()
+        """Whether a checkpoint of `key` is in the directory, as of the last `refresh`."""
+        return key not in self._refused_keys and key in self._keys
+
+    def refresh(self) -> None:
+        """List the directory's checkpoints again if it changed since (another process may write to it): one
+        stat a lookup, not one a block."""
+        try:
+            stamp = self.dir.stat().st_mtime_ns
+            if stamp != self._stamp:
+                self._keys = {m.name[: -len(".json")] for m in self.dir.glob("*.json")
+                              if not m.name.endswith(".extents.json")}
+                self._stamp = stamp
+        except OSError:
+            self._keys, self._stamp = set(), None
 
     def nbytes(self) -> int:
         """Bytes of this scope's checkpoint files now."""
@@ -163,6 +178,7 @@ class Checkpoints:
                         e.strerror or e)
             return False
         self._refused_keys.discard(item.key)
+        self._keys.add(item.key)
         return True
 
     def _failed(self, item: _Write) -> None:
@@ -208,6 +224,7 @@ class Checkpoints:
                     os.replace(meta, meta.with_suffix(".extents.json"))
             except OSError as e:
                 log.warning("saved states: could not remove checkpoint %s (%s)", data, e.strerror or e)
+        self._keys -= keys
         self._files = {eid: file for eid, file in self._files.items() if file not in gone}
 
     def _manifests(self) -> dict[str, dict]:

@@ -67,6 +67,8 @@ class SavedStates:
             return None
         keys = prefix_keys(self.scope, tokens, blocks)
         with self._lock:
+            if self.disk is not None:
+                self.disk.refresh()
             for b in reversed(range(blocks)):
                 point, tier = self._get(keys[b])
                 if point is None:

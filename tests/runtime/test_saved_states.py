@@ -103,6 +103,18 @@ def test_resumed_equal_fresh_after_a_restart_from_disk(planner_cpu_artifact, fre
     assert again.stats.saved.from_tier == {"disk": 1, "host": 1}
 
 
+def test_a_point_another_program_writes_is_found_in_the_shared_directory(planner_cpu_artifact, fresh,
+                                                                         tmp_path) -> None:
+    reader = load(planner_cpu_artifact, "cpu", checkpoints=tmp_path)
+    assert equal_fresh(fresh, reader, [planner(16, 0)]) == [0]  # lists the directory: nothing of 16 yet
+    writer = load(planner_cpu_artifact, "cpu", checkpoints=tmp_path)
+    equal_fresh(fresh, writer, [planner(16, 1)])
+    writer.saved.flush()
+    reader.saved.tiers[0].pop(next(iter(reader.saved.tiers[0])))  # its own point of step 0 gone
+    (reused,) = equal_fresh(fresh, reader, [planner(16, 2)])  # the directory changed: listed again
+    assert reused > 0 and reader.stats.saved.from_tier == {"disk": 1}
+
+
 def test_several_resumed_instances_in_one_stream_equal_fresh(planner_cpu_artifact, fresh) -> None:
     program = load(planner_cpu_artifact, "cpu")
     program.label_logits([planner(t, 0) for t in (2, 3, 4)])
