@@ -22,9 +22,10 @@ flidec-saved answer is compared with flidec's (torch.equal of the label logits):
 equal. Then a restart: a Program with a checkpoint directory answers each trajectory's last step, and a new
 Program over the directory resumes each trajectory's next step from disk, timed against the first Program
 resuming the same step from GPU memory. flidec's saved states get GPU_BUDGET_GIB of GPU memory, the size of
-flide's session cache here. Last, one more step per trajectory under cProfile (untimed): where the host
-time of a resumed step goes (`host_profile`, the top functions by own time). Writes the report as JSON
-(`--out`) and prints it.
+flide's session cache here. Last, on the Program of the timed steps: one more step per trajectory timed in
+phases (`phases`: before the engine's submit, the submit, waiting for its result, after it), and one more
+under cProfile (untimed): where the host time of a resumed step goes (`host_profile`, the top functions by
+own time). Writes the report as JSON (`--out`) and prints it.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ def histories(count_tokens, trajectories: int, steps: int, start: int, step: int
 
         text = grow(start, text)
         texts.append(text)
-        for k in range(1, steps + 2):  # two more than timed: the restart's step, the profiled one
+        for k in range(1, steps + 3):  # three more than timed: the restart's, the phases', the profile's
             text = grow(start + k * step, text)
             texts.append(text)
         out.append(texts)
@@ -149,7 +150,6 @@ def run_flidec(artifact: Path, variant: str, hist: list[list[str]], steps: int, 
     for h in hist:
         writer.label_logits([instance(variant, h[steps - 1], steps - 1)])
     writer.saved.flush()
-    saved = writer
     restarted = load(artifact, "cuda", checkpoints=checkpoints, gpu_budget_gib=GPU_BUDGET_GIB)
     restarted.label_logits([instance(variant, hist[0][0] + " warm", 0)])  # its first replay, untimed
     disk, gpu, same = [], [], 0
@@ -157,15 +157,61 @@ def run_flidec(artifact: Path, variant: str, hist: list[list[str]], steps: int, 
         inst = instance(variant, h[steps], steps)
         a, ms = timed(lambda inst=inst: restarted.label_logits([inst]))
         disk.append(ms)
-        b, ms = timed(lambda inst=inst: saved.label_logits([inst]))
+        b, ms = timed(lambda inst=inst: writer.label_logits([inst]))
         gpu.append(ms)
         same += int(torch.equal(a[0], b[0]))
     out["restart"] = {"disk_resume_ms": round(statistics.mean(disk), 3),
                       "gpu_resume_ms": round(statistics.mean(gpu), 3),
                       "from_tier": restarted.stats.saved.from_tier, "bitwise": f"{same}/{len(hist)}"}
-    last = [instance(variant, h[steps + 1], steps + 1) for h in hist]
+    out["phases"] = phases(saved, [instance(variant, h[steps + 1], steps + 1) for h in hist])
+    last = [instance(variant, h[steps + 2], steps + 2) for h in hist]
     out["host_profile"] = host_profile(lambda: [saved.label_logits([inst]) for inst in last])
     return out
+
+
+def phases(program, instances: list[dict]) -> dict:
+    """Mean ms of one `label_logits` call an instance, split at the engine: `before` its submit (validation,
+    tokenizing, planning, the saved-state lookup, binding), the `submit` (staging saved points, the meta
+    fill, the replay enqueued), the `wait` for its result, and `after` (gathering, saving the new point)."""
+    engine, submit = program.engine, program.engine.submit
+    marks: dict[str, float] = {}
+
+    class Timed:  # the engine's pending result, its wait timed
+        def __init__(self, pending):
+            self.pending = pending
+
+        def __getattr__(self, name):
+            return getattr(self.pending, name)
+
+        def result(self):
+            marks["waited"] = time.perf_counter()
+            out = self.pending.result()
+            marks["answered"] = time.perf_counter()
+            return out
+
+    def timed_submit(*args, **kwargs):
+        marks["submit"] = time.perf_counter()
+        pending = submit(*args, **kwargs)
+        marks["submitted"] = time.perf_counter()
+        return Timed(pending)
+
+    parts: dict[str, list[float]] = {"before": [], "submit": [], "wait": [], "after": [], "total": []}
+    engine.submit = timed_submit
+    try:
+        for inst in instances:
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            program.label_logits([inst])
+            torch.cuda.synchronize()
+            t1 = time.perf_counter()
+            m = marks
+            spans = {"before": (t0, m["submit"]), "submit": (m["submit"], m["submitted"]),
+                     "wait": (m["waited"], m["answered"]), "after": (m["answered"], t1), "total": (t0, t1)}
+            for name, (a, b) in spans.items():
+                parts[name].append((b - a) * 1e3)
+    finally:
+        engine.submit = submit
+    return {name: round(statistics.mean(v), 3) for name, v in parts.items()}
 
 
 def host_profile(fn, top: int = 25) -> list[dict]:

@@ -135,6 +135,7 @@ class Plan:
     state_end: int = 0
     held: Held | None = None
     save: int = 0  # positions of the saved point its stream makes from its root's path (0: none)
+    save_key: str = ""  # that point's key (runtime/saved/keys.py)
 
     def segment(self, ids: Sequence[int], parent: int, *, adopt: bool = False) -> int:
         """A new segment of `ids` under `parent` (-1: a root); `adopt`: `ids` is a fresh list the plan keeps

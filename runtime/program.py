@@ -44,7 +44,7 @@ from flidec.runtime.recording import MODEL_DTYPES as DTYPES
 from flidec.runtime.recording import Recording, read_recording
 from flidec.runtime.saved.keys import scope_of
 from flidec.runtime.saved.point import PointLayout, SavedPoint
-from flidec.runtime.saved.resume import Session, make_point, resume, save_length, split_session
+from flidec.runtime.saved.resume import Session, make_point, resume, split_session
 from flidec.runtime.saved.store import GIB, SavedStates, SavedStats
 from flidec.runtime.split import fits, misfit, plan_sizes, split_plan, stream_sizes
 from flidec.runtime.templates import TemplateWalker
@@ -238,9 +238,7 @@ class Program:
             grown = replace(sizes, segments=sizes.segments + 1)
             room = not self.engine.needs_bucket or fits(grown, t.largest)
             if store is not None and parts is whole and room:
-                a.reused = resume(plan, store)
-                if t.tree.state.resumable or session is not None:
-                    plan.save = save_length(plan, store)
+                a.reused = resume(plan, store, saves=t.tree.state.resumable or session is not None)
                 sizes = plan_sizes(plan)
             for p, reads in parts:
                 if p is not plan:  # a sub-plan can keep one child of a parent that had several: a chain again
@@ -255,7 +253,7 @@ class Program:
         for piece, captured in zip(saving, pending.captured, strict=True):
             assert self.saved is not None
             session = answered[piece.index].session
-            self.saved.save(make_point(self.saved, piece.plan, captured), session and session.id)
+            self.saved.save(make_point(piece.plan, captured), session and session.id)
 
 
 

@@ -49,33 +49,27 @@ def split_session(instance: object) -> tuple[object, Session | None]:
     raise InstanceError([f'{SESSION_KEY}: must be a non-empty string or {{"id": string, "drop": boolean}}'])
 
 
-def resume(plan: Plan, store: SavedStates) -> int:
-    """Set `plan.held` to the longest saved prefix of its root; the positions it holds (0: none)."""
-    root = plan.ids[0]
-    point = store.find(np.asarray(root, dtype=np.int64), len(root) - 1)
+def resume(plan: Plan, store: SavedStates, *, saves: bool) -> int:
+    """Set `plan.held` to the longest saved prefix of its root and, when it `saves`, `plan.save` and
+    `plan.save_key` to the point it makes (0: none); the positions held (0: none). The root's block keys
+    are hashed once for both."""
+    root = np.asarray(plan.ids[0], dtype=np.int64)
+    keys = prefix_keys(store.scope, root, len(root) // BLOCK)
+    point = store.find(root, len(root) - 1, keys)
     plan.held = point
-    return 0 if point is None else point.length
-
-
-def save_length(plan: Plan, store: SavedStates) -> int:
-    """The positions of the point this plan saves (0: none), unless the store has it already."""
+    held = 0 if point is None else point.length
     n = (plan.state_end - SAVE_MARGIN) // BLOCK * BLOCK
-    held = plan.held.length if plan.held is not None else 0
-    if n <= held or n > len(plan.ids[0]):
-        return 0
-    return 0 if store.has(point_key(store, plan.ids[0], n)) else n
+    if saves and held < n <= len(root) and not store.has(keys[n // BLOCK - 1]):
+        plan.save, plan.save_key = n, keys[n // BLOCK - 1]
+    return held
 
 
-def point_key(store: SavedStates, ids: list[int], n: int) -> str:
-    return prefix_keys(store.scope, np.asarray(ids[:n], dtype=np.int64), n // BLOCK)[-1]
-
-
-def make_point(store: SavedStates, plan: Plan, captured) -> SavedPoint:
+def make_point(plan: Plan, captured) -> SavedPoint:
     """The saved point of a plan's captured tensors (reference/executor.Captured or an engine's own: keys and
     values of positions [captured.start, length)). A point that extends the one its plan resumed from
     shares that point's extents and adds one for its new positions; past MAX_EXTENTS, one over all."""
-    n, start = captured.length, captured.start
-    key = point_key(store, plan.ids[0], n)
+    n, start, key = captured.length, captured.start, plan.save_key
+    assert n == plan.save and key, "a plan's capture is the point it saves"
     tokens = torch.tensor(plan.ids[0][:n], dtype=torch.int64)
     parent = plan.held
     at = parent.length if parent is not None else 0

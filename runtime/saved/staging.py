@@ -36,20 +36,23 @@ def staging_names(layout: PointLayout) -> list[str]:
 def stage_held(staging: Mapping[str, torch.Tensor], held: Sequence[SavedPoint], layout: PointLayout) -> None:
     per, dv = layout.state[0] * layout.state[1], layout.state[2]
     window = layout.window[0]
+    dst: list[torch.Tensor] = []
+    src: list[torch.Tensor] = []
     row = 0
     for j, p in enumerate(held):
         for e in p.extents:
             rows = slice(row + e.start, row + e.end)
             for i in range(layout.attention_layers):
                 for part, t in (("keys", e.keys[i]), ("values", e.values[i])):
-                    staging[f"saved.attention.{i}.{part}"][rows].copy_(t.reshape(e.end - e.start, -1),
-                                                                       non_blocking=True)
+                    dst.append(staging[f"saved.attention.{i}.{part}"][rows])
+                    src.append(t.reshape(e.end - e.start, -1))
         for i in range(layout.gdn_layers):
-            staging[f"saved.gdn.{i}.window"][j * window : (j + 1) * window].copy_(p.windows[i],
-                                                                                  non_blocking=True)
-            staging[f"saved.gdn.{i}.state"][j * per : (j + 1) * per].copy_(p.states[i].reshape(per, dv),
-                                                                          non_blocking=True)
+            dst.append(staging[f"saved.gdn.{i}.window"][j * window : (j + 1) * window])
+            src.append(p.windows[i])
+            dst.append(staging[f"saved.gdn.{i}.state"][j * per : (j + 1) * per])
+            src.append(p.states[i].reshape(per, dv))
         row += p.length
+    torch._foreach_copy_(dst, src, non_blocking=True)  # a few launches for all of them, not one a tensor
 
 
 def captured_points(staging: Mapping[str, torch.Tensor], meta: StreamMeta, layout: PointLayout

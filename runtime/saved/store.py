@@ -60,12 +60,14 @@ class SavedStates:
         self._counts = {"hits": 0, "misses": 0, "tokens_reused": 0, "saved": 0}
         self._from: dict[str, int] = {}
 
-    def find(self, tokens: Sequence[int] | np.ndarray, limit: int) -> SavedPoint | None:
-        """The longest saved prefix of `tokens` of at most `limit` positions, on the engine's device."""
+    def find(self, tokens: Sequence[int] | np.ndarray, limit: int, keys: Sequence[str] | None = None
+             ) -> SavedPoint | None:
+        """The longest saved prefix of `tokens` of at most `limit` positions, on the engine's device; `keys`:
+        the tokens' block keys (keys.prefix_keys), if the caller has them."""
         blocks = min(limit, len(tokens)) // BLOCK
         if blocks == 0:
             return None
-        keys = prefix_keys(self.scope, tokens, blocks)
+        keys = keys[:blocks] if keys is not None else prefix_keys(self.scope, tokens, blocks)
         with self._lock:
             if self.disk is not None:
                 self.disk.refresh()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -63,7 +62,7 @@ def plan(root: list[int], questions: list[list[int]], held=None, save: int = 0) 
     p = Plan([list(root)], [-1], [])
     for k, q in enumerate(questions):
         p.reads.append((p.segment(q, 0), _Piece((3 + k, 9, 20)), f"q{k}"))
-    p.held, p.save = held, save
+    p.held, p.save, p.save_key = held, save, f"p{save}" if save else ""
     return p
 
 
@@ -85,7 +84,7 @@ def test_a_resumed_stream_reads_what_the_fresh_one_reads(model) -> None:
     saving = plan(root, questions, save=64)
     fresh, meta = played(rec, weights, [saving, plan(other, [[1, 2]])], staging)
     (captured,) = captured_points(staging, meta, layout)
-    first = make_point(STORE, saving, captured)
+    first = make_point(saving, captured)
 
     # resumed from it, saving the point of 128 positions: the same reads, bit for bit
     staging = {}
@@ -95,7 +94,7 @@ def test_a_resumed_stream_reads_what_the_fresh_one_reads(model) -> None:
     assert meta.stored and torch.equal(resumed, fresh), "a resumed read differs from its fresh one"
     (captured,) = captured_points(staging, meta, layout)
     assert captured.start == 64  # the capture leaves out what the point it resumed from holds
-    second = make_point(STORE, saving, captured)
+    second = make_point(saving, captured)
     assert second.extents[0] is first.extents[0] and len(second.extents) == 2  # shared, not copied
 
     # resumed from the point the resumed stream captured: its two extents restored one after the other
@@ -108,9 +107,6 @@ def test_a_resumed_stream_reads_what_the_fresh_one_reads(model) -> None:
     staging = {}
     played(rec, weights, [plan(root, questions)], staging)
     assert all(t.view(torch.uint8).eq(0xFF).all() for t in staging.values())
-
-
-STORE = SimpleNamespace(scope="ab" * 32)  # what make_point reads of a store: the scope of its keys
 
 
 def _fill(staging: dict[str, torch.Tensor], rec) -> dict[str, torch.Tensor]:
