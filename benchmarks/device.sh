@@ -3,7 +3,9 @@
 # Run from the repo root there with `carry: [".whl"]`:  bash benchmarks/device.sh COMMIT [BUDGET_S] [ENGINES] [WORKLOADS]
 # Writes gpu-tests.log, profile.json (benchmarks/profile_runtime.py), bench.log, the results JSON and PNG under $OUT.
 # The GPU tests (GPU_TESTS=0 skips them) are capped at GPU_TESTS_S (150 s) and the profile at 150 s so the benchmark always runs;
-# AGENT=1 runs the agent workload (benchmarks/agent.py, AGENT_S 400 s) instead of the profile and the harness; BUDGET_S (default 380)
+# AGENT=1 runs the agent workload (benchmarks/agent.py, AGENT_S 400 s) instead of the profile and the harness; SERVE=1 runs the
+# server under load instead (benchmarks/serve_bench.py: flidec serve and flide serve, 64 clients on mixed System One rows, capped at
+# SERVE_S, default 300 s, setup included; writes serve.json, serve.log and each server's log); BUDGET_S (default 380)
 # is the benchmark's whole budget, checkpoint and compiles included.
 set -uo pipefail
 COMMIT=${1:?usage: bash benchmarks/device.sh COMMIT [BUDGET_S] [ENGINES] [WORKLOADS]}
@@ -21,6 +23,12 @@ python3 -c "import torch, triton, transformers; print('torch', torch.__version__
 if [ "${AGENT:-0}" != 0 ]; then  # the agent workload (benchmarks/agent.py) instead of the profile and the harness
   timeout "${AGENT_S:-400}" python3 benchmarks/agent.py --model /tmp/qwen35-0.8b --variants "${AGENT_VARIANTS:-planner,systemone}" \
     --engines "${AGENT_ENGINES:-flidec,flide,flide-session}" --out "$OUT/agent.json" 2>&1 | tee "$OUT/agent.log"
+  exit 0
+fi
+if [ "${SERVE:-0}" != 0 ]; then  # the server under load (benchmarks/serve_bench.py) instead of the profile and the harness
+  SERVE_S=${SERVE_S:-300}
+  timeout -k 45 "$SERVE_S" python3 benchmarks/serve_bench.py --model /tmp/qwen35-0.8b --commit "$COMMIT" \
+    --time-budget-s "$((SERVE_S - 10))" --out "$OUT/serve.json" 2>&1 | tee "$OUT/serve.log"
   exit 0
 fi
 timeout 150 python3 benchmarks/profile_runtime.py --model /tmp/qwen35-0.8b --workloads "quality,quality*4,race,race*8,mixed" --out "$OUT/profile.json" 2>&1 | tee "$OUT/profile.log"

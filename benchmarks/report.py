@@ -21,6 +21,7 @@ import platform
 import string
 import subprocess
 import sys
+import textwrap
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -561,6 +562,56 @@ def agent_section(paths: list[Path], root: Path) -> str:
     return "\n".join(lines + ["", *restarts]) + "\n"
 
 
+def _errors(summary: dict) -> str:
+    """Answers other than 200: their count, and by status when there are any."""
+    others = ", ".join(f"{k}: {v}" for k, v in summary["statuses"].items() if k != "200")
+    return f"{summary['errors']} ({others})" if others else str(summary["errors"])
+
+
+def serve_section(path: Path | None, root: Path) -> str:
+    """The server under load (benchmarks/serve_bench.py's file): per server throughput, p50/p99, errors,
+    answers that differ from the same row sent alone (E1), the burst's refusals with Retry-After and its
+    longest wait; a server that failed is an error row. Empty without a file."""
+    if path is None:
+        return ""
+    run = json.loads((root / path).read_text())
+    rows, load = run["rows"], run["load"]
+    burst = f"then {load['burst']} requests released at one instant" if load["burst"] else "no burst"
+    deadline = f", --deadline {load['deadline_s']:g}" if "deadline_s" in load else ""
+    prose = (f"{path.name}: on {run['gpu']}, commit {run['commit']}. {load['clients']} clients send "
+             f"{load['requests']:,} System One requests, the rows in turn, over {rows['count']} distinct "
+             f"rows ({rows['quality_like']} QuALITY-like, {rows['race_like']} RACE-like; "
+             f"{rows['questions']:,} questions; states of {rows['state_tokens'][0]:,} to "
+             f"{rows['state_tokens'][2]:,} tokens) to "
+             "one server after the other, once every row was sent alone (an answer under load that is not "
+             f"that one, value for value, differs: E1), {burst} (flidec serve --max-queue {load['max_queue']}"
+             f"{deadline}: past its queue a request is refused with 429 and Retry-After). Errors are "
+             "answers other than 200 in the load, refusals those of the burst; the longest wait is the "
+             "burst's.")
+    lines = ["", "## The server under load (benchmarks/serve_bench.py)", textwrap.fill(prose, 110), "",
+             "| server | requests/s | questions/s | p50 ms | p99 ms | errors | differ from alone | "
+             "burst refused | with Retry-After | longest wait, ms |", "|---" * 10 + "|"]
+    notes = []
+    for name, e in run["servers"].items():
+        if "summary" not in e:
+            error = e.get("error", "did not finish").strip().splitlines()[-1]
+            lines.append(f"| {name} | error: {error[:120]} |" + " |" * 8)
+        else:
+            s, b = e["summary"], e["summary"].get("burst")
+            cells = [f"{s['requests_per_s']:,.1f}", f"{s['questions_per_s']:,.1f}", f"{s['p50_ms']:,.1f}",
+                     f"{s['p99_ms']:,.1f}", _errors(s), str(s["differ_from_alone"])]
+            cells += [str(b["refused"]), str(b["refused_with_retry_after"]), f"{b['max_wait_ms']:,.0f}"] \
+                if b else ["-", "-", "-"]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        ready = f", ready in {e['ready_s']:.1f} s" if "ready_s" in e else ""
+        s = e.get("summary", {})
+        short = s.get("sent", 0) < s.get("requests", 0) or s.get("alone_sent", 0) < s.get("rows", 0)
+        cut = f"; out of time: {s['sent']:,} of {s['requests']:,} requests sent, {s['alone_sent']} of " \
+            f"{s['rows']} rows alone" if short else ""
+        notes.append(f"- {name}: `{e['command']}`{ready}{cut}")
+    return "\n".join(lines + ["", *notes]) + "\n"
+
+
 def page(args: argparse.Namespace, root: Path) -> str:
     """BENCHMARKS.md's text from the run's results file, the runtime and peer profiles it cites, and
     optionally the run before it (flidec's numbers beside this run's); paths in `args` are under `root`."""
@@ -603,6 +654,7 @@ def page(args: argparse.Namespace, root: Path) -> str:
         "solo_qps": moved["flidec-solo"] + _num(speed(run, "flidec-solo", "quality", "qps"), "qps"),
         "fork_qps": moved["flidec"] + _num(speed(run, "flidec", "quality", "qps"), "qps"),
         "agent": agent_section(list(args.agent or []), root),
+        "serve": serve_section(args.serve, root),
     }
     return string.Template(PAGE_TEMPLATE.read_text()).substitute(values)
 
@@ -615,6 +667,8 @@ def page_parser() -> argparse.ArgumentParser:
     p.add_argument("--previous", type=Path, help="the harness's results file of the run before")
     p.add_argument("--agent", type=Path, action="append", help="benchmarks/agent.py's results file "
                    "(repeatable, the latest first)")
+    p.add_argument("--serve", type=Path, help="benchmarks/serve_bench.py's results file (the server under "
+                   "load)")
     p.add_argument("--out", type=Path, default=Path("BENCHMARKS.md"))
     return p
 
@@ -622,7 +676,8 @@ def page_parser() -> argparse.ArgumentParser:
 def page_command(args: argparse.Namespace) -> str:
     """The command line that writes the page, its paths as given (relative to the repo root)."""
     given = [("--run", args.run), ("--profile", args.profile), ("--peer", args.peer),
-             ("--previous", args.previous), *(("--agent", a) for a in args.agent or []), ("--out", args.out)]
+             ("--previous", args.previous), *(("--agent", a) for a in args.agent or []),
+             ("--serve", args.serve), ("--out", args.out)]
     return " \\\n  ".join(["python -m benchmarks.report", *(f"{k} {v}" for k, v in given if v)])
 
 

@@ -5,7 +5,9 @@ the rows again from `--clients` threads at once (`--requests` in all, rows in tu
 N requests at the same instant to see the server refuse past its queue. Produces a JSON summary: requests a
 second, questions a second, p50 / p99 / max latency, statuses (errors by status), how many answers differ
 from the same row sent alone (E1: 0 for flidec), and for the burst how many refusals carried Retry-After and
-the longest any request waited. Standard library only, so it runs on a box with nothing but Python.
+the longest any request waited; with `--max-s`, nothing is sent after that many seconds (the summary
+counts what was: `sent`, `alone_sent`; the burst is left out). Standard library only, so it runs on a box
+with nothing but Python.
 
     python benchmarks/serve_load.py http://127.0.0.1:8000 --rows rows.jsonl --clients 64 --requests 2048
 """
@@ -68,12 +70,18 @@ def _pct(values: list[float], p: float) -> float:
 
 
 def run_load(url: str, rows: list[dict], *, clients: int, requests: int, path: str = "/v1/systemone",
-             key: str | None = None, timeout: float = 300.0, check_alone: bool = True) -> dict[str, Any]:
+             key: str | None = None, timeout: float = 300.0, check_alone: bool = True,
+             max_s: float | None = None) -> dict[str, Any]:
+    """`max_s`: no request is sent after this many seconds (rows not sent alone by then are not checked,
+    and the load stops short: `sent` says how many it sent)."""
+    stop_at = time.monotonic() + max_s if max_s else float("inf")
     bodies = [json.dumps(r, ensure_ascii=False).encode() for r in rows]
     alone: list[Any] = [None] * len(rows)
     if check_alone:
         c = Client(url, key, timeout)
         for i, b in enumerate(bodies):
+            if time.monotonic() > stop_at:
+                break
             status, _, data, _ = c.post(path, b)
             alone[i] = json.loads(data) if status == 200 else ("status", status)
     lock = threading.Lock()
@@ -90,7 +98,7 @@ def run_load(url: str, rows: list[dict], *, clients: int, requests: int, path: s
         while True:
             with lock:
                 n = next_index[0]
-                if n >= requests:
+                if n >= requests or time.monotonic() > stop_at:
                     return
                 next_index[0] += 1
             i = n % len(rows)
@@ -100,7 +108,7 @@ def run_load(url: str, rows: list[dict], *, clients: int, requests: int, path: s
                 latencies.append(seconds)
                 if status == 200:
                     questions[0] += _questions(rows[i])
-                    if check_alone and json.loads(data) != alone[i]:
+                    if check_alone and alone[i] is not None and json.loads(data) != alone[i]:
                         differ.append(i)
 
     threads = [threading.Thread(target=client) for _ in range(clients)]
@@ -112,6 +120,7 @@ def run_load(url: str, rows: list[dict], *, clients: int, requests: int, path: s
     wall = time.perf_counter() - start
     ok = statuses.get(200, 0)
     return {"url": url, "path": path, "clients": clients, "requests": requests, "rows": len(rows),
+            "sent": sum(statuses.values()), "alone_sent": sum(a is not None for a in alone),
             "wall_s": round(wall, 3), "requests_per_s": round(ok / wall, 2),
             "questions_per_s": round(questions[0] / wall, 2),
             "p50_ms": round(_pct(latencies, 50) * 1000, 2), "p99_ms": round(_pct(latencies, 99) * 1000, 2),
@@ -160,12 +169,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--key")
     p.add_argument("--burst", type=int, default=0, help="also release this many requests at one instant")
     p.add_argument("--no-check", action="store_true", help="skip the answers-alone comparison")
+    p.add_argument("--max-s", type=float, help="send nothing after this many seconds (a partial summary)")
     p.add_argument("--out", type=Path, help="write the summary here too")
     a = p.parse_args(argv)
     rows = [json.loads(line) for line in a.rows.read_text(encoding="utf-8").splitlines() if line.strip()]
+    start = time.monotonic()
     summary = run_load(a.url, rows, clients=a.clients, requests=a.requests, path=a.path, key=a.key,
-                       check_alone=not a.no_check)
-    if a.burst:
+                       check_alone=not a.no_check, max_s=a.max_s)
+    if a.burst and not (a.max_s and time.monotonic() - start > a.max_s):
         summary["burst"] = run_burst(a.url, rows, a.burst, path=a.path, key=a.key)
     text = json.dumps(summary, indent=1)
     print(text)

@@ -6,6 +6,7 @@ from the checked-in results files, byte for byte; targets get their status, kern
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import shlex
 from pathlib import Path
@@ -110,6 +111,56 @@ def test_benchmarks_md_is_what_its_command_regenerates() -> None:
     assert args.out == Path("BENCHMARKS.md") and args.run.parent == Path("benchmarks/results")
     assert report.page(args, ROOT) == text, "BENCHMARKS.md is stale: run the command at its top to rewrite it"
     assert len(text.splitlines()) <= 300
+
+
+SERVE = {
+    "gpu": "NVIDIA H200", "commit": "abc1234", "device": "cuda",
+    "rows": {"count": 256, "quality_like": 64, "race_like": 192, "scale": 1.0, "questions": 1344,
+             "state_tokens": [440, 1560, 5001], "sha256": "0123456789abcdef"},
+    "load": {"clients": 64, "requests": 2048, "burst": 256, "max_queue": 64, "deadline_s": 60.0},
+    "servers": {
+        "flidec": {"command": "flidec serve /tmp/a --port 1 --device cuda --max-queue 64", "ready_s": 6.31,
+                   "summary": {"requests_per_s": 812.345, "questions_per_s": 4264.8, "p50_ms": 70.21,
+                               "p99_ms": 180.0, "max_ms": 190.0, "statuses": {"200": 2046, "503": 2},
+                               "errors": 2, "differ_from_alone": 0, "requests": 2048, "sent": 2048,
+                               "rows": 256, "alone_sent": 256,
+                               "burst": {"burst": 256, "statuses": {"200": 128, "429": 128}, "refused": 128,
+                                         "refused_with_retry_after": 128, "max_wait_ms": 1234.5}},
+                   "stop": {"signal": "SIGTERM", "exit": 0, "stop_s": 0.5}},
+        "flide": {"command": "flide serve --model /tmp/m --format next_token --device cuda --port 2",
+                  "error": "RuntimeError: exited with status 1 before it was ready: Traceback ...\n"
+                           "ModuleNotFoundError: No module named 'fla'",
+                  "stop": {"signal": "SIGTERM", "exit": 1, "stop_s": 0.0}}}}
+
+
+def test_the_serve_section_renders_only_from_its_file(tmp_path) -> None:
+    text = (ROOT / "BENCHMARKS.md").read_text()
+    start = text.index("python -m benchmarks.report")
+    argv = shlex.split(text[start : text.index("```", start)].replace("\\\n", " "))[3:]
+    assert "## The server under load" not in text  # no serve result yet: no section without --serve
+    path = tmp_path / "serve.json"
+    path.write_text(json.dumps(SERVE))
+    args = report.page_parser().parse_args([*argv, "--serve", str(path)])
+    page = report.page(args, ROOT)
+    assert f"  --serve {path} \\\n  --out BENCHMARKS.md" in page  # the command names the file
+    section = page[page.index("## The server under load") :]
+    assert "serve.json: on NVIDIA H200, commit abc1234. 64 clients send 2,048 System One requests" in section
+    assert "(64 QuALITY-like, 192 RACE-like; 1,344 questions; states of 440 to 5,001 tokens)" in (
+        " ".join(section.split()))
+    assert "flidec serve --max-queue 64, --deadline 60" in " ".join(section.split())
+    rows = [line for line in section.splitlines() if line.startswith("| ")]
+    assert rows[0].split(" | ")[1:4] == ["requests/s", "questions/s", "p50 ms"]
+    assert rows[1] == "| flidec | 812.3 | 4,264.8 | 70.2 | 180.0 | 2 (503: 2) | 0 | 128 | 128 | 1,234 |"
+    assert rows[2] == "| flide | error: ModuleNotFoundError: No module named 'fla' |" + " |" * 8
+    assert rows[1].count("|") == rows[2].count("|") == rows[0].count("|")
+    assert "- flidec: `flidec serve /tmp/a --port 1 --device cuda --max-queue 64`, ready in 6.3 s" in section
+    flide = "- flide: `flide serve --model /tmp/m --format next_token --device cuda --port 2`\n"
+    assert section.endswith(flide)  # no "ready in": it never was
+    short = json.loads(json.dumps(SERVE))
+    short["servers"]["flidec"]["summary"] |= {"sent": 1000, "alone_sent": 200}
+    path.write_text(json.dumps(short))
+    assert "ready in 6.3 s; out of time: 1,000 of 2,048 requests sent, 200 of 256 rows alone\n" in (
+        report.serve_section(path, ROOT))
 
 
 def result(cells: list[dict], speedup: float | None = None) -> dict:
