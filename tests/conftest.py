@@ -5,7 +5,9 @@ tokenizer and chat template) from flidec.testing.make_checkpoint. `tiny_conditio
 text weights under Qwen3_5ForConditionalGeneration naming, plus vision and mtp tensors to skip.
 `qwen_tokenizer`: flidec's ModelTokenizer for `tiny_checkpoint`; `fmt`: the next_token format over it;
 `hf_qwen_tokenizer`: transformers'
-AutoTokenizer for it (what vLLM would use; slow to load, so shared). Treat all of them as read-only.
+AutoTokenizer for it (what vLLM would use; slow to load, so shared). `systemone_cpu_artifact`,
+`planner_cpu_artifact`: those examples compiled for cpu with `tiny_checkpoint` (each once per session, ~2 s;
+the runtime and the server tests load them). Treat all of them as read-only.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from hypothesis import settings
 from flidec.models.tokenizer import ModelTokenizer, load_tokenizer
 from flidec.runtime.next_token import NextTokenFormat
 from flidec.testing.make_checkpoint import make_checkpoint
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 # CI replays the same examples on every run (a red CI names a reproducible case); locally, hypothesis keeps
 # exploring new ones.
@@ -53,3 +57,22 @@ def hf_qwen_tokenizer(tiny_checkpoint: Path):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(tiny_checkpoint)
+
+
+@pytest.fixture(scope="session")
+def systemone_cpu_artifact(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path) -> Path:
+    from flidec.compile import compile_artifact
+
+    out = tmp_path_factory.mktemp("artifacts") / "systemone-cpu"
+    compile_artifact(EXAMPLES / "systemone.flide", tiny_checkpoint, "cpu", out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def planner_cpu_artifact(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path) -> Path:
+    """examples/planner.flide (a `resumable` state) for cpu with the tiny checkpoint."""
+    from flidec.compile import compile_artifact
+
+    out = tmp_path_factory.mktemp("artifacts") / "planner-cpu"
+    compile_artifact(EXAMPLES / "planner.flide", tiny_checkpoint, "cpu", out)
+    return out

@@ -164,15 +164,33 @@ def create_app(service: Service, options: AppOptions = AppOptions()) -> FastAPI:
     def arrived(request: Request) -> float:
         return request.scope.get("flidec", {}).get("arrived", time.monotonic())
 
+    async def answer_one(request: Request, bind: Callable[[Any, Any], tuple[str, dict]]) -> Response:
+        """One instance of one tree: `bind(program, body)` names the tree and checks the instance (raising
+        the request's problems), the queue runs it, and its checked result is the answer."""
+        body = await body_of(request)
+        tree, instance = bind(service.ready_program(), body)
+        (ran,) = await service.run([instance], tree, arrived(request))
+        return json_response(200, checked(ran.result))
+
     @app.post("/v1/systemone")
     async def systemone(request: Request) -> Response:
-        body = await body_of(request)
-        program = service.ready_program()
-        tree = wire_tree(t.tree for t in program.trees.values())
-        instance = systemone_instance(tree, body, [program.served_name])
-        assert tree is not None
-        (ran,) = await service.run([instance], tree.name, arrived(request))
-        return json_response(200, checked(ran.result))
+        def bind(program: Any, body: Any) -> tuple[str, dict]:
+            tree = wire_tree(t.tree for t in program.trees.values())
+            instance = systemone_instance(tree, body, [program.served_name])  # 404 without a wire tree
+            assert tree is not None
+            return tree.name, instance
+
+        return await answer_one(request, bind)
+
+    @app.post("/v1/trees/{name}")
+    async def tree_route(name: str, request: Request) -> Response:
+        def bind(program: Any, body: Any) -> tuple[str, dict]:
+            if name not in program.trees:
+                raise ApiError(404, "not_found_error", f"the artifact has no tree {name!r}: it has "
+                               f"{', '.join(program.trees)}")
+            return name, checked_instance(program.trees[name].tree, body)
+
+        return await answer_one(request, bind)
 
     @app.post("/v1/decisions")
     async def decisions(request: Request) -> Response:
@@ -185,17 +203,6 @@ def create_app(service: Service, options: AppOptions = AppOptions()) -> FastAPI:
         results = [checked(r.result) for r in ran]
         reused = [r.reused for r in ran]
         return json_response(200, decision_response(asked, results, reused, program.served_name))
-
-    @app.post("/v1/trees/{name}")
-    async def tree_route(name: str, request: Request) -> Response:
-        body = await body_of(request)
-        program = service.ready_program()
-        if name not in program.trees:
-            raise ApiError(404, "not_found_error", f"the artifact has no tree {name!r}: it has "
-                           f"{', '.join(program.trees)}")
-        instance = checked_instance(program.trees[name].tree, body)
-        (ran,) = await service.run([instance], name, arrived(request))
-        return json_response(200, checked(ran.result))
 
     @app.get("/v1/models")
     async def models(request: Request) -> Response:

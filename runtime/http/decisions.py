@@ -140,6 +140,28 @@ def render_input(value: Any, p: _Problems) -> str:
     return "\n".join(lines)
 
 
+def _listed(q: Mapping, field: str, key: str, types: tuple[type, ...], lo: int, hi: int,
+            loc: list[str | int], p: _Problems) -> list[tuple[int, Any, str | None]] | None:
+    """A question's choices or levels: (index, `key`'s value, description) of each well-formed entry ({key:
+    one of `types`, description?: string}; the others are recorded as problems), or None when `field` is not
+    a list of `lo` to `hi` entries."""
+    items = q.get(field)
+    if not isinstance(items, list) or not lo <= len(items) <= hi:
+        got = len(items) if isinstance(items, list) else _type(items)
+        p.add([*loc, field], f"expected {lo} to {hi} {field}, got {got}")
+        return None
+    what = " or ".join({str: "string", bool: "boolean"}[t] for t in types)
+    out = []
+    for i, item in enumerate(items):
+        value = item.get(key) if isinstance(item, Mapping) else None
+        desc = item.get("description") if isinstance(item, Mapping) else None
+        if not isinstance(value, types) or (desc is not None and not isinstance(desc, str)):
+            p.add([*loc, field, i], f"expected {{{key}: {what}, description?: string}}", "type_error")
+            continue
+        out.append((i, value, desc))
+    return out
+
+
 def _question(q: Any, loc: list[str | int], p: _Problems) -> tuple[dict, Asked] | None:
     """One Decisions question as a System One question (choice values become option names: booleans as
     "true" / "false"), or None after recording its problems."""
@@ -165,20 +187,12 @@ def _question(q: Any, loc: list[str | int], p: _Problems) -> tuple[dict, Asked] 
     out: dict[str, Any] = {"type": "noul" if kind == "predicate" else kind, "instructions": instructions}
     asked = Asked(kind, name if isinstance(name, str) else None)
     if kind == "choice":
-        choices = q.get("choices")
-        if not isinstance(choices, list) or not 2 <= len(choices) <= 255:
-            got = len(choices) if isinstance(choices, list) else _type(choices)
-            p.add([*loc, "choices"], f"expected 2 to 255 choices, got {got}")
+        listed = _listed(q, "choices", "value", (str, bool), 2, 255, loc, p)
+        if listed is None:
             return None
         criteria: dict[str, Any] = {}
         values = []
-        for i, c in enumerate(choices):
-            value = c.get("value") if isinstance(c, Mapping) else None
-            desc = c.get("description") if isinstance(c, Mapping) else None
-            if not isinstance(value, (str, bool)) or (desc is not None and not isinstance(desc, str)):
-                p.add([*loc, "choices", i], "expected {value: string or boolean, description?: string}",
-                      "type_error")
-                continue
+        for i, value, desc in listed:
             option = ("true" if value else "false") if isinstance(value, bool) else value
             if option in criteria:
                 p.add([*loc, "choices", i, "value"], f"the value {json.dumps(value)} is given twice (a "
@@ -189,22 +203,11 @@ def _question(q: Any, loc: list[str | int], p: _Problems) -> tuple[dict, Asked] 
         out["criteria"] = criteria
         asked = Asked(kind, asked.name, values=tuple(values))
     elif kind == "score":
-        levels = q.get("levels")
-        if not isinstance(levels, list) or not 2 <= len(levels) <= 10:
-            got = len(levels) if isinstance(levels, list) else _type(levels)
-            p.add([*loc, "levels"], f"expected 2 to 10 levels, got {got}")
+        listed = _listed(q, "levels", "label", (str,), 2, 10, loc, p)
+        if listed is None:
             return None
-        texts, labels = [], []
-        for i, level in enumerate(levels):
-            label = level.get("label") if isinstance(level, Mapping) else None
-            desc = level.get("description") if isinstance(level, Mapping) else None
-            if not isinstance(label, str) or (desc is not None and not isinstance(desc, str)):
-                p.add([*loc, "levels", i], "expected {label: string, description?: string}", "type_error")
-                continue
-            labels.append(label)
-            texts.append(label if not desc else f"{label}: {desc}")
-        out["criteria"] = texts
-        asked = Asked(kind, asked.name, labels=tuple(labels))
+        out["criteria"] = [label if not desc else f"{label}: {desc}" for _, label, desc in listed]
+        asked = Asked(kind, asked.name, labels=tuple(label for _, label, _ in listed))
     return (out, asked) if len(p.detail) == before else None
 
 

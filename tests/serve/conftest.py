@@ -1,5 +1,5 @@
-"""What the server tests share: the systemone and planner examples compiled for cpu with the tiny checkpoint
-(once per session), their loaded Programs, and `live`: an app of flidec serve on uvicorn in a thread, on a
+"""What the server tests share: the systemone and planner Programs (tests/conftest.py's cpu artifacts of the
+tiny checkpoint, loaded once per session), and `live`: an app of flidec serve on uvicorn in a thread, on a
 free loopback port, stopped (gracefully) when the test ends.
 
 The server's worker runs torch on one thread: on a CPU shared with other work (CI's two cores run the
@@ -19,42 +19,23 @@ from typing import Any
 
 import pytest
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 SERVED = "flidec-tiny"
 WAIT = 60  # seconds before a test gives up on the server instead of hanging
 
 
 @pytest.fixture(scope="session")
-def serve_artifact(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path) -> Path:
-    from flidec.compile import compile_artifact
-
-    out = tmp_path_factory.mktemp("serve-artifacts") / "systemone-cpu"
-    compile_artifact(EXAMPLES / "systemone.flide", tiny_checkpoint, "cpu", out)
-    return out
-
-
-@pytest.fixture(scope="session")
-def planner_artifact(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path) -> Path:
-    from flidec.compile import compile_artifact
-
-    out = tmp_path_factory.mktemp("serve-artifacts") / "planner-cpu"
-    compile_artifact(EXAMPLES / "planner.flide", tiny_checkpoint, "cpu", out)
-    return out
-
-
-@pytest.fixture(scope="session")
-def program(serve_artifact: Path):
-    """The systemone artifact loaded for cpu (fp32 reference executor), saved states on."""
+def program(systemone_cpu_artifact: Path):
+    """The systemone artifact (tests/conftest.py) on cpu (fp32 reference executor), saved states on."""
     from flidec.runtime.program import load
 
-    return load(serve_artifact, "cpu", served_name=SERVED)
+    return load(systemone_cpu_artifact, "cpu", served_name=SERVED)
 
 
 @pytest.fixture(scope="session")
-def planner_program(planner_artifact: Path):
+def planner_program(planner_cpu_artifact: Path):
     from flidec.runtime.program import load
 
-    return load(planner_artifact, "cpu", served_name=SERVED)
+    return load(planner_cpu_artifact, "cpu", served_name=SERVED)
 
 
 @dataclass

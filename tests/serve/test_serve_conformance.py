@@ -83,12 +83,12 @@ def _jevcompat(url: str, report: Path, *flags: str) -> dict:
 
 
 @pytest.mark.parametrize("keyed", [False, True], ids=["keyless", "keyed"])
-def test_jevcompat_passes_every_must_and_should(serve_artifact, tmp_path, keyed) -> None:
+def test_jevcompat_passes_every_must_and_should(systemone_cpu_artifact, tmp_path, keyed) -> None:
     flags: list[str] = []
     if keyed:
         (tmp_path / "keys").write_text("k-jevcompat-1\n")
         flags = ["--api-key-file", str(tmp_path / "keys")]
-    proc, url, seen = _serve(serve_artifact, *flags)
+    proc, url, seen = _serve(systemone_cpu_artifact, *flags)
     try:
         assert set(seen) <= {None, 503, 200}  # not listening, loading, ready
         report = _jevcompat(url, tmp_path / "r.json", *(["--key", "k-jevcompat-1"] if keyed else []))
