@@ -40,12 +40,10 @@ def stage_held(staging: Mapping[str, torch.Tensor], held: Sequence[SavedPoint], 
     src: list[torch.Tensor] = []
     row = 0
     for j, p in enumerate(held):
-        for e in p.extents:
-            rows = slice(row + e.start, row + e.end)
-            for i in range(layout.attention_layers):
-                for part, t in (("keys", e.keys[i]), ("values", e.values[i])):
-                    dst.append(staging[f"saved.attention.{i}.{part}"][rows])
-                    src.append(t.reshape(e.end - e.start, -1))
+        for i in range(layout.attention_layers):  # one concatenation a layer and part, not a copy an extent
+            for part in ("keys", "values"):
+                out = staging[f"saved.attention.{i}.{part}"][row : row + p.length]
+                torch.cat([getattr(e, part)[i].reshape(e.end - e.start, -1) for e in p.extents], out=out)
         for i in range(layout.gdn_layers):
             dst.append(staging[f"saved.gdn.{i}.window"][j * window : (j + 1) * window])
             src.append(p.windows[i])

@@ -3,7 +3,9 @@
 `find` gives the longest saved prefix of a root's tokens from the fastest tier holding it, moved to the
 engine's device (a host or disk point is promoted); `save` keeps a new point in the fastest tier and writes
 it to the checkpoint directory (write-through: a later process resumes from it). A point evicted from GPU
-memory moves to host memory; one evicted from host memory remains only on disk (if there is a directory).
+memory moves to host memory, unless another point still in GPU memory extends it (its keys and values live
+on in that one; its GDN states are dropped); one evicted from host memory remains only on disk (if there is
+a directory).
 A session (an instance's `x_session`) pins its latest point against eviction and can drop its points.
 Each tier keeps one copy of an extent its points share (tiers.Tier); a point moved between tiers copies only
 the extents the tier it moves to lacks.
@@ -40,6 +42,7 @@ class SavedStats:
     bytes: dict[str, int] = field(default_factory=dict)  # per tier: bytes held now
     points: dict[str, int] = field(default_factory=dict)  # per tier: points held now
     evicted: dict[str, int] = field(default_factory=dict)  # per tier: points evicted
+    superseded: int = 0  # of those, points not moved down a tier: another point extends them
     refused: dict[str, int] = field(default_factory=dict)  # checkpoints refused, by reason
     write_failures: int = 0  # checkpoints that could not be written
 
@@ -59,6 +62,7 @@ class SavedStates:
         self._lock = threading.Lock()
         self._counts = {"hits": 0, "misses": 0, "tokens_reused": 0, "saved": 0}
         self._from: dict[str, int] = {}
+        self._superseded = 0  # points evicted and not moved down: another point extends them
 
     def find(self, tokens: Sequence[int] | np.ndarray, limit: int, keys: Sequence[str] | None = None
              ) -> SavedPoint | None:
@@ -124,7 +128,7 @@ class SavedStates:
             if self.disk is not None:
                 bytes_["disk"] = self.disk.nbytes()
             return SavedStats(**self._counts, from_tier=dict(self._from), bytes=bytes_, points=points,
-                              evicted={t.name: t.evicted for t in tiers},
+                              evicted={t.name: t.evicted for t in tiers}, superseded=self._superseded,
                               refused=dict(self.disk.refused) if self.disk else {},
                               write_failures=self.disk.write_failures if self.disk else 0)
 
@@ -146,10 +150,16 @@ class SavedStates:
 
     def _keep(self, level: int, point: SavedPoint) -> SavedPoint:
         """Put `point` in tier `level` (as that tier holds it, Tier.adopt: returned), moving what it evicts
-        one tier down."""
+        one tier down, except a point another point in the tier extends: its keys and values live on there,
+        and moving its GDN states would cost the request a copy for a point an agent does not go back to."""
         pinned = {keys[-1] for keys in self.sessions.values() if keys}
-        point = self.tiers[level].adopt(point)
-        for out in self.tiers[level].put(point, pinned):
-            if level + 1 < len(self.tiers):
-                self._keep(level + 1, out)
+        tier = self.tiers[level]
+        point = tier.adopt(point)
+        for out in tier.put(point, pinned):
+            if level + 1 == len(self.tiers):
+                continue  # out of memory: on disk if it was written
+            if out.key in tier.extended:
+                self._superseded += 1
+                continue
+            self._keep(level + 1, out)
         return point

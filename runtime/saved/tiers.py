@@ -22,6 +22,7 @@ class Tier:
         self.extents: dict[str, tuple[Extent, int]] = {}  # id -> (extent, points holding it)
         self.nbytes = 0
         self.evicted = 0
+        self.extended: set[str] = set()  # of the points the last put evicted, those another point extended
 
     def __contains__(self, key: str) -> bool:
         return key in self.points
@@ -66,10 +67,13 @@ class Tier:
             self.extents[e.id] = (e, count + 1)
             self.nbytes += e.nbytes if count == 0 else 0
         out = []
+        self.extended = set()
         while self.nbytes > self.budget:
             victim = next((k for k in self.points if k not in pinned and k != point.key), None)
             if victim is None:
                 victim = next(k for k in self.points if k != point.key)  # the budget wins over pins
+            if self.extents[self.points[victim].extents[-1].id][1] > 1:  # another point holds its last run
+                self.extended.add(victim)
             out.append(self.pop(victim))
             self.evicted += 1
         return out

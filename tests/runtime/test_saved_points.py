@@ -10,6 +10,7 @@ from flidec.runtime.binder import Plan, _pack
 from flidec.runtime.meta import CHUNK
 from flidec.runtime.saved.keys import BLOCK, prefix_keys
 from flidec.runtime.saved.point import Extent, PointLayout, SavedPoint, extent_id, joined
+from flidec.runtime.saved.store import SavedStates
 from flidec.runtime.saved.tiers import Tier
 
 SCOPE = "ab" * 32
@@ -92,6 +93,22 @@ def test_a_tier_adopts_a_point_with_its_own_copy_of_the_extents_it_holds() -> No
     b = tier.adopt(extended(twin, "b"))
     assert b.extents[0] is kept.extents[0]  # the tier's copy, not the twin's
     assert tier.cost(b) == b.fixed_nbytes + b.extents[1].nbytes
+
+
+def test_an_evicted_point_another_extends_is_not_moved_down_a_tier() -> None:
+    a = point("a")
+    b = extended(a, "b")
+    c = point("c")  # no point extends it
+    store = SavedStates("ab" * 32, LAYOUT, torch.device("cpu"))
+    cpu = torch.device("cpu")
+    room = a.nbytes + b.nbytes - a.extents[0].nbytes  # a and b, sharing a's extent
+    store.tiers = [Tier("gpu", room, cpu), Tier("host", 10 * a.nbytes, cpu)]  # two tiers, both on the CPU
+    for p in (a, b):
+        store.save(p)
+    store.save(c)  # evicts a (superseded by b: dropped), then b (moved down)
+    stats = store.stats()
+    assert stats.superseded == 1 and store.stats().points == {"gpu": 1, "host": 1}
+    assert "b" in store.tiers[1] and "a" not in store.tiers[1] and "c" in store.tiers[0]
 
 
 def test_a_held_prefix_packs_as_a_stored_root_after_every_computed_row() -> None:
