@@ -556,9 +556,21 @@ def agent_section(paths: list[Path], root: Path) -> str:
                              f"{e['steps_10_on_ms']:.1f} | {e['total_s']:.1f} | {e.get('bitwise', '')} |")
             if "restart" in row:
                 r = row["restart"]
-                restarts.append(f"- {path.name}, {variant}: the next step resumed from disk in a new Program "
-                                f"{r['disk_resume_ms']:.1f} ms, from GPU memory {r['gpu_resume_ms']:.1f} ms; "
-                                f"resumed from disk == from GPU memory {r['bitwise']}")
+                if not r.get("from_tier", True):
+                    restarts.append(f"- {path.name}, {variant}: nothing was saved, so nothing resumed (the "
+                                    f"restart's steps {r['disk_resume_ms']:.1f} and "
+                                    f"{r['gpu_resume_ms']:.1f} ms)")
+                else:
+                    restarts.append(f"- {path.name}, {variant}: the next step resumed from disk in a new "
+                                    f"Program {r['disk_resume_ms']:.1f} ms, from GPU memory "
+                                    f"{r['gpu_resume_ms']:.1f} ms; resumed from disk == from GPU memory "
+                                    f"{r['bitwise']}")
+            if "phases" in row:
+                ph = row["phases"]
+                restarts.append(f"- {path.name}, {variant}: one more step ({ph['total']:.1f} ms) in "
+                                f"phases: before the engine's submit {ph['before']:.1f} ms, the submit "
+                                f"{ph['submit']:.1f}, waiting for the device {ph['wait']:.1f}, after it "
+                                f"{ph['after']:.1f}")
     return "\n".join(lines + ["", *restarts]) + "\n"
 
 
