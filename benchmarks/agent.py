@@ -9,7 +9,8 @@ examples/planner.flide's tree (`planner`: the next tool, and three candidate act
 or four System One questions (`systemone`: examples/systemone.flide), and waits for its answer before the
 next. Engines (on one GPU, side by side):
 - `flidec-saved`: the compiled artifact with saved states (runtime/saved: every step resumes from the
-  point the step before saved, in GPU memory);
+  point the step before saved, in GPU memory; a System One body names its trajectory's `x_session`, its
+  state not being `resumable`);
 - `flidec`: the same artifact with saved states off (every step computes its whole history);
 - `flide-session`, `flide`: flide 0.1.4 (its public Engine, as benchmarks/engines/flide.py runs it, on the
   same token ids, one fork level: the state and one suffix per question) with its session cache
@@ -100,6 +101,12 @@ def instance(variant: str, history: str, k: int) -> dict:
         "stuck": {"type": "noul", "instructions": "Is the agent stuck?"}}}
 
 
+def with_session(variant: str, inst: dict, trajectory: int) -> dict:
+    """What flidec-saved sends: a System One body names its trajectory's session (`x_session`), its state
+    not being `resumable`; the planner's state is, so its instance goes as it is."""
+    return {**inst, "x_session": f"trajectory-{trajectory}"} if variant == "systemone" else inst
+
+
 def timed(fn):
     torch.cuda.synchronize()
     t0 = time.perf_counter()
@@ -125,11 +132,12 @@ def run_flidec(artifact: Path, variant: str, hist: list[list[str]], steps: int, 
     times = {"flidec": [[] for _ in range(steps)], "flidec-saved": [[] for _ in range(steps)]}
     reused, equal, total = [[] for _ in range(steps)], 0, 0
     for k in range(steps):
-        for h in hist:
+        for t, h in enumerate(hist):
             inst = instance(variant, h[k], k)
             want, ms = timed(lambda inst=inst: fresh.label_logits([inst]))
             times["flidec"][k].append(ms)
             got_reused: list[int] = []
+            inst = with_session(variant, inst, t)
             got, ms = timed(lambda inst=inst, r=got_reused: saved.label_logits([inst], reused=r))
             times["flidec-saved"][k].append(ms)
             reused[k].append(got_reused[0])
@@ -147,14 +155,14 @@ def run_flidec(artifact: Path, variant: str, hist: list[list[str]], steps: int, 
     # point); a new Program over the directory resumes the next step from disk, timed against the first
     # Program resuming the same step from GPU memory
     writer = load(artifact, "cuda", checkpoints=checkpoints, gpu_budget_gib=GPU_BUDGET_GIB)
-    for h in hist:
-        writer.label_logits([instance(variant, h[steps - 1], steps - 1)])
+    for t, h in enumerate(hist):
+        writer.label_logits([with_session(variant, instance(variant, h[steps - 1], steps - 1), t)])
     writer.saved.flush()
     restarted = load(artifact, "cuda", checkpoints=checkpoints, gpu_budget_gib=GPU_BUDGET_GIB)
     restarted.label_logits([instance(variant, hist[0][0] + " warm", 0)])  # its first replay, untimed
     disk, gpu, same = [], [], 0
-    for h in hist:
-        inst = instance(variant, h[steps], steps)
+    for t, h in enumerate(hist):
+        inst = with_session(variant, instance(variant, h[steps], steps), t)
         a, ms = timed(lambda inst=inst: restarted.label_logits([inst]))
         disk.append(ms)
         b, ms = timed(lambda inst=inst: writer.label_logits([inst]))
@@ -163,8 +171,9 @@ def run_flidec(artifact: Path, variant: str, hist: list[list[str]], steps: int, 
     out["restart"] = {"disk_resume_ms": round(statistics.mean(disk), 3),
                       "gpu_resume_ms": round(statistics.mean(gpu), 3),
                       "from_tier": restarted.stats.saved.from_tier, "bitwise": f"{same}/{len(hist)}"}
-    out["phases"] = phases(saved, [instance(variant, h[steps + 1], steps + 1) for h in hist])
-    last = [instance(variant, h[steps + 2], steps + 2) for h in hist]
+    out["phases"] = phases(saved, [with_session(variant, instance(variant, h[steps + 1], steps + 1), t)
+                                   for t, h in enumerate(hist)])
+    last = [with_session(variant, instance(variant, h[steps + 2], steps + 2), t) for t, h in enumerate(hist)]
     out["host_profile"] = host_profile(lambda: [saved.label_logits([inst]) for inst in last])
     return out
 
