@@ -53,15 +53,10 @@ def tensor_sha256(t: torch.Tensor) -> str:
 
 @cache
 def _hashers() -> ThreadPoolExecutor:
-    """Threads for checksums: hashlib releases the GIL, so a point's tensors hash side by side."""
+    """Threads for a read's checksums: hashlib releases the GIL, so a point's tensors hash side by side,
+    and beside their copy to the device. (Writes hash on the writer thread: it also runs at exit, after
+    the pool is shut down.)"""
     return ThreadPoolExecutor(min(8, os.cpu_count() or 1), thread_name_prefix="flidec-sha256")
-
-
-def sha256_all(tensors: dict[str, torch.Tensor]) -> dict[str, str]:
-    """Every tensor's sha256, side by side (a read's: the writer thread also runs at exit, after the pool
-    is shut down)."""
-    names = sorted(tensors)
-    return dict(zip(names, _hashers().map(tensor_sha256, [tensors[n] for n in names]), strict=True))
 
 
 @dataclass(frozen=True)
@@ -162,7 +157,7 @@ class Checkpoints:
 
     def write_now(self, item: _Write) -> bool:
         """Write one checkpoint atomically, now; False (logged) when the directory cannot take it."""
-        digests = {name: tensor_sha256(t) for name, t in item.tensors.items()}  # the pool may be shut: exit
+        digests = {name: tensor_sha256(t) for name, t in item.tensors.items()}
         manifest = {"flidec_saved_state": FORMAT, "scope": self.scope, "key": item.key, "length": item.length,
                     "extents": item.extents,
                     "tensors": {name: {"dtype": DTYPE_NAMES[t.dtype], "shape": list(t.shape),
@@ -188,11 +183,12 @@ class Checkpoints:
             if e["file"] == item.key and self._files.get(e["id"]) == item.key:
                 del self._files[e["id"]]
 
-    def read(self, key: str) -> SavedPoint | None:
-        """The verified point under `key`, or None (a refusal is logged with its reason and counted)."""
+    def read(self, key: str, device: torch.device | None = None) -> SavedPoint | None:
+        """The verified point under `key` (on `device`, else in host memory), or None (a refusal is logged
+        with its reason and counted)."""
         data, meta = self.paths(key)
         try:
-            return self._read(key, data, meta)
+            return self._read(key, data, meta, device)
         except PointRefused as e:
             self._refuse(key, str(e).split(":")[0], f"{data}: {e}")
         except Exception as e:  # a damaged file may fail anywhere in a parser: refused, never raised
@@ -270,8 +266,11 @@ class Checkpoints:
             raise PointRefused("bad manifest: no tensor or extent list")
         return manifest
 
-    def _tensors(self, key: str, manifest: dict, names: set[str] | None = None) -> dict[str, torch.Tensor]:
-        """Tensors of checkpoint `key`'s file (all, or `names`), each checked against its manifest."""
+    def _tensors(self, key: str, manifest: dict, names: set[str] | None = None,
+                 device: torch.device | None = None) -> dict[str, torch.Tensor]:
+        """Tensors of checkpoint `key`'s file (all, or `names`), each checked against its manifest; on
+        `device` (token ids stay on the host), copied there while their checksums are computed and
+        returned only once every checksum holds."""
         listed = manifest["tensors"]
         data = self.paths(key)[0]
         try:
@@ -291,12 +290,15 @@ class Checkpoints:
             if (not isinstance(entry, dict) or entry.get("dtype") != DTYPE_NAMES.get(t.dtype)
                     or entry.get("shape") != list(t.shape)):
                 raise PointRefused(f"corrupt: tensor {name} is not what the manifest lists")
-        for name, digest in sha256_all(tensors).items():
-            if listed[name].get("sha256") != digest:
+        digests = {name: _hashers().submit(tensor_sha256, t) for name, t in tensors.items()}
+        moved = tensors if device is None or device.type == "cpu" else {
+            name: t if name == "tokens" else t.to(device) for name, t in tensors.items()}
+        for name, digest in digests.items():
+            if listed[name].get("sha256") != digest.result():
                 raise PointRefused(f"corrupt: tensor {name} fails its checksum")
-        return tensors
+        return moved
 
-    def _read(self, key: str, data: Path, meta: Path) -> SavedPoint:
+    def _read(self, key: str, data: Path, meta: Path, device: torch.device | None) -> SavedPoint:
         manifest = self._manifest(key)
         length = manifest["length"]
         spans = _spans(manifest["extents"], length)
@@ -304,7 +306,7 @@ class Checkpoints:
         want = dict(self.layout.fixed_shapes(length))
         for a, b in own:
             want.update(self.layout.extent_shapes(a, b))
-        tensors = self._tensors(key, manifest)
+        tensors = self._tensors(key, manifest, device=device)
         check_tensors(tensors, want)  # PointRefused: another model
         tokens = tensors["tokens"]
         prefixes = prefix_keys(self.scope, tokens.numpy(), length // BLOCK)
@@ -322,7 +324,7 @@ class Checkpoints:
                            for e in other["extents"]):
                     raise PointRefused(f"corrupt: checkpoint {file} does not hold extent [{a}, {b})")
                 names = set(self.layout.extent_shapes(a, b))
-                kv = self._tensors(file, other, names)
+                kv = self._tensors(file, other, names, device)
                 check_tensors(kv, self.layout.extent_shapes(a, b))
             n = self.layout.attention_layers
             extents.append(Extent(eid, a, b, tuple(kv[f"kv.{a}.attention.{i}.keys"] for i in range(n)),

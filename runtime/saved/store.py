@@ -143,7 +143,7 @@ class SavedStates:
                     point = self._keep(0, point)
                 return point, t.name
         if self.disk is not None and self.disk.has(key):
-            point = self.disk.read(key)
+            point = self.disk.read(key, self.device)
             if point is not None:
                 return self._keep(0, point), "disk"
         return None, ""
