@@ -460,6 +460,10 @@ def add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=int, metavar="N",
                    help="torch threads (default torch's); on a CPU shared with other work, 1")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    p.add_argument("--replicas", type=int, metavar="N", help="N replicas on Ray Serve behind this endpoint, "
+                   "one GPU each (cpu: a process each), routed by saved state; the `replicas` extra")
+    p.add_argument("--ray-address", metavar="ADDR", help="with --replicas: an existing Ray cluster (default: "
+                   "a local one on 127.0.0.1)")
     p.set_defaults(run=run_serve)
 
 
@@ -470,19 +474,29 @@ def run_serve(args: argparse.Namespace) -> int:
 
     if not Path(args.artifact).is_dir():
         raise FlideError(f"{args.artifact}: not an artifact directory (flidec compile -o DIR makes one)")
-    for name in ("max_queue", "max_batch", "max_body_bytes", "threads"):
+    for name in ("max_queue", "max_batch", "max_body_bytes", "threads", "replicas"):
         value = getattr(args, name)
         if value is not None and value < 1:
             raise FlideError(f"--{name.replace('_', '-')} {value}: it must be at least 1")
     if not args.deadline > 0:
         raise FlideError(f"--deadline {args.deadline}: it must be a positive number of seconds")
+    if args.ray_address and args.replicas is None:
+        raise FlideError("--ray-address needs --replicas N")
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    serve(ServeOptions(Path(args.artifact), host=args.host, port=args.port, api_keys=tuple(args.api_key),
-                       api_key_files=tuple(args.api_key_file), served_name=args.served_name,
-                       checkpoints=args.checkpoints, device=device, dtype=args.dtype,
-                       trust_weights=args.trust_weights, max_queue=args.max_queue, max_batch=args.max_batch,
-                       deadline_s=args.deadline, max_body_bytes=args.max_body_bytes, threads=args.threads,
-                       log_level=args.log_level))
+    options = ServeOptions(Path(args.artifact), host=args.host, port=args.port, api_keys=tuple(args.api_key),
+                           api_key_files=tuple(args.api_key_file), served_name=args.served_name,
+                           checkpoints=args.checkpoints, device=device, dtype=args.dtype,
+                           trust_weights=args.trust_weights, max_queue=args.max_queue,
+                           max_batch=args.max_batch, deadline_s=args.deadline,
+                           max_body_bytes=args.max_body_bytes, threads=args.threads, log_level=args.log_level)
+    if args.replicas is None:
+        serve(options)
+        return 0
+    try:
+        from flidec.runtime.replicas.service import serve_replicas
+    except ImportError as e:
+        raise FlideError(f"--replicas needs Ray Serve: pip install 'flidec[replicas]' ({e})") from None
+    serve_replicas(options, args.replicas, args.ray_address)
     return 0
 
 

@@ -59,10 +59,12 @@ def loader(o: ServeOptions) -> Callable[[], Program]:
     return load_program
 
 
-def build(o: ServeOptions, load_program: Callable[[], Program] | None = None) -> tuple[Service, FastAPI]:
-    """The Service and app of the options (`load_program`: a stand-in loader, for tests)."""
+def build(o: ServeOptions, load_program: Callable[[], Program] | None = None, service: Service | None = None
+          ) -> tuple[Service, FastAPI]:
+    """The Service and app of the options (`load_program`: a stand-in loader, for tests; `service`: one
+    standing in for the Program, such as runtime/replicas' RoutedService)."""
     keys = Keys.load(o.api_keys, o.api_key_files)
-    service = Service(load_program or loader(o), ServiceOptions(
+    service = service or Service(load_program or loader(o), ServiceOptions(
         max_queue=o.max_queue, max_batch=o.max_batch, deadline_s=o.deadline_s, threads=o.threads))
     manifest = Path(o.artifact) / "manifest.json"
     built = datetime.datetime.fromtimestamp(manifest.stat().st_mtime, datetime.UTC).date().isoformat() \
@@ -73,13 +75,17 @@ def build(o: ServeOptions, load_program: Callable[[], Program] | None = None) ->
     return service, app
 
 
-def serve(o: ServeOptions) -> None:
-    """Serve until interrupted; raise the load's error if the artifact cannot be loaded."""
+def serve(o: ServeOptions, service: Service | None = None, extend: Callable[[FastAPI], None] | None = None
+          ) -> None:
+    """Serve until interrupted; raise the load's error if the artifact cannot be loaded. `service` and
+    `extend` (called with the app before it starts): runtime/replicas' RoutedService and its middleware."""
     import uvicorn
 
     if o.threads is not None:
         torch.set_num_threads(o.threads)
-    service, app = build(o)
+    service, app = build(o, service=service)
+    if extend is not None:
+        extend(app)
     config = uvicorn.Config(app, host=o.host, port=o.port, log_level=o.log_level, access_log=False,
                             timeout_graceful_shutdown=max(1, int(o.deadline_s) + 5), server_header=False)
     server = uvicorn.Server(config)
