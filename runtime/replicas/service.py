@@ -32,6 +32,7 @@ from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
+from starlette.concurrency import run_in_threadpool
 
 from flidec.ir.errors import FlideError
 from flidec.ir.serde import spec_from_json
@@ -39,7 +40,7 @@ from flidec.ir.tree import Tree
 from flidec.runtime.http.errors import ApiError, retry_headers
 from flidec.runtime.http.main import ServeOptions
 from flidec.runtime.http.service import Ran, Service
-from flidec.runtime.replicas.routing import Route, route_of
+from flidec.runtime.replicas.routing import Route, route_of, session_of
 
 log = logging.getLogger("uvicorn.error")
 ATTEMPTS = 4  # sends of one request while replicas die under it
@@ -148,7 +149,12 @@ class RoutedService(Service):
         view = self.ready_program()
         assert isinstance(view, ArtifactView) and self.handle is not None
         name = tree if tree is not None else next(iter(view.trees))
-        route = route_of(instances[0], view.trees[name].tree, view.encode) if instances else Route()
+        first = instances[0] if instances else None
+        session = session_of(first)
+        if session is not None:  # the session decides: its state need not be tokenized here
+            route = Route(session)
+        else:  # off the event loop: tokenizing a long state takes milliseconds (docs/SERVE.md)
+            route = await run_in_threadpool(route_of, first, view.trees[name].tree, view.encode)
         deadline_s = self.options.deadline_s
         for attempt in range(ATTEMPTS):
             left = deadline_s - (time.monotonic() - arrived)
