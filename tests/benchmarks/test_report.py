@@ -137,7 +137,11 @@ def test_the_serve_section_renders_only_from_its_file(tmp_path) -> None:
     text = (ROOT / "BENCHMARKS.md").read_text()
     start = text.index("python -m benchmarks.report")
     argv = shlex.split(text[start : text.index("```", start)].replace("\\\n", " "))[3:]
-    assert "## The server under load" not in text  # no serve result yet: no section without --serve
+    if "--serve" in argv:  # the page's own serve file left out: the command as it would be without one
+        at = argv.index("--serve")
+        argv = argv[:at] + argv[at + 2 :]
+    plain = report.page(report.page_parser().parse_args(argv), ROOT)
+    assert "## The server under load" not in plain  # no section without --serve
     path = tmp_path / "serve.json"
     path.write_text(json.dumps(SERVE))
     args = report.page_parser().parse_args([*argv, "--serve", str(path)])
@@ -155,7 +159,7 @@ def test_the_serve_section_renders_only_from_its_file(tmp_path) -> None:
     assert rows[1].count("|") == rows[2].count("|") == rows[0].count("|")
     assert "- flidec: `flidec serve /tmp/a --port 1 --device cuda --max-queue 64`, ready in 6.3 s" in section
     flide = "- flide: `flide serve --model /tmp/m --format next_token --device cuda --port 2`\n"
-    assert section.endswith(flide)  # no "ready in": it never was
+    assert flide in section  # no "ready in": it never was
     short = json.loads(json.dumps(SERVE))
     short["servers"]["flidec"]["summary"] |= {"sent": 1000, "alone_sent": 200}
     path.write_text(json.dumps(short))
