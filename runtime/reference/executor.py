@@ -93,8 +93,9 @@ class ReferenceExecutor(torch.fx.Interpreter):
         q, k, v, _meta, *rest = args
         i = run.calls["fork_attention"]
         run.calls["fork_attention"] += 1
-        k = torch.cat([k, *(p.keys[i].to(k.device) for p in run.held)])
-        v = torch.cat([v, *(p.values[i].to(v.device) for p in run.held)])
+        held = [p.layer(i) for p in run.held]  # each point's layer i, joined once
+        k = torch.cat([k, *(hk.to(k.device) for hk, _ in held)])
+        v = torch.cat([v, *(hv.to(v.device) for _, hv in held)])
         for c in run.captures:
             rows = path_rows(run.meta, c.segment)[: c.length].to(k.device)
             c.keys.append(k[rows].clone())

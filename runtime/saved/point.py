@@ -138,14 +138,19 @@ class SavedPoint:
         return cls(key, length, tokens, (Extent(extent_id(key, 0), 0, length, tuple(keys), tuple(values)),),
                    tuple(states), tuple(windows))
 
+    def layer(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Attention layer `i`'s keys and values of all its positions (one tensor each; a copy when it has
+        several extents)."""
+        return _cat([e.keys[i] for e in self.extents]), _cat([e.values[i] for e in self.extents])
+
     @property
     def keys(self) -> tuple[torch.Tensor, ...]:
-        """Per attention layer, the keys of all its positions (one tensor; a copy when it has extents)."""
-        return joined(self.extents, self.key).keys
+        """Per attention layer, the keys of all its positions (SavedPoint.layer, every layer)."""
+        return tuple(self.layer(i)[0] for i in range(len(self.extents[0].keys)))
 
     @property
     def values(self) -> tuple[torch.Tensor, ...]:
-        return joined(self.extents, self.key).values
+        return tuple(self.layer(i)[1] for i in range(len(self.extents[0].values)))
 
     @property
     def fixed_nbytes(self) -> int:
