@@ -240,7 +240,9 @@ def host_profile(fn, top: int = 25) -> list[dict]:
 
 
 def run_flide(model: Path, spec: Path, variant: str, hist: list[list[str]], warm: list[list[str]],
-              steps: int, sessions: bool) -> dict:
+              steps: int, sessions: bool, progress=lambda row: None) -> dict:
+    """flide's row; `progress` gets the row so far after every step (the warm-up's seconds, then the timed
+    steps), so a device call that runs out of time keeps what was measured."""
     from benchmarks.engines.flide import Flide
     from benchmarks.work import prepare_work
     from benchmarks.workloads import Workload
@@ -269,11 +271,17 @@ def run_flide(model: Path, spec: Path, variant: str, hist: list[list[str]], warm
             out.append(ms)
         return out
 
+    t0 = time.perf_counter()
     for k in range(steps):  # other histories of the same lengths: flide's compiles, untimed
         ask(warm, k)
-    result = summary([ask(hist, k) for k in range(steps)])
+        progress({"warm_steps": k + 1, "warm_s": round(time.perf_counter() - t0, 1)})
+    warm_s = round(time.perf_counter() - t0, 1)
+    per_step: list[list[float]] = []
+    for k in range(steps):
+        per_step.append(ask(hist, k))
+        progress({**summary(per_step), "warm_s": warm_s, "steps_done": k + 1})
     adapter.close()
-    return result
+    return {**summary(per_step), "warm_s": warm_s}
 
 
 def write(out: Path | None, report: dict, variant: str, row: dict) -> None:
@@ -322,8 +330,12 @@ def main() -> int:
         for name in ("flide", "flide-session"):
             if name in engines:
                 try:
+                    def progress(part: dict, name=name, row=row, variant=variant) -> None:
+                        row[name] = part
+                        write(args.out, report, variant, row)
+
                     row[name] = run_flide(args.model, SPECS[variant], variant, hist, warm, args.steps,
-                                          name == "flide-session")
+                                          name == "flide-session", progress)
                 except Exception as e:  # noqa: BLE001 -- a peer that fails is a row with its error
                     row[name] = {"error": f"{type(e).__name__}: {e}"[:500]}
                 write(args.out, report, variant, row)

@@ -552,8 +552,17 @@ def agent_section(paths: list[Path], root: Path) -> str:
                 if "error" in e:
                     lines.append(f"| {path.name} | {variant} | {name} | error: {e['error'][:80]} | | | |")
                     continue
+                if "step_ms" not in e:  # the call ended in the untimed warm-up
+                    lines.append(f"| {path.name} | {variant} | {name} | not timed: the call ended in its "
+                                 f"warm-up ({e['warm_steps']} of {run['steps']} steps in {e['warm_s']:.0f} s)"
+                                 " | | | |")
+                    continue
+                done = e.get("steps_done", run["steps"])
+                late = "-" if e["steps_10_on_ms"] is None else f"{e['steps_10_on_ms']:.1f}"
+                total = f"{e['total_s']:.1f}" + (f" ({done} of {run['steps']} steps)" if done < run["steps"]
+                                                 else "")
                 lines.append(f"| {path.name} | {variant} | {name} | {e['steps_0_9_ms']:.1f} | "
-                             f"{e['steps_10_on_ms']:.1f} | {e['total_s']:.1f} | {e.get('bitwise', '')} |")
+                             f"{late} | {total} | {e.get('bitwise', '')} |")
             if "restart" in row:
                 r = row["restart"]
                 if not r.get("from_tier", True):
