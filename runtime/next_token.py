@@ -22,6 +22,7 @@ from flidec.ir.tree import Ask, AskKind, Bound, ChoiceOptions, Fork, Node, NoulC
 from flidec.runtime import answers_math as answers
 from flidec.runtime.binder import Draft
 from flidec.runtime.labels import LabelError, Labels, LabelTable
+from flidec.runtime.run_ids import RunIds
 
 SEP = "\n\n"
 RUN_CHARS = 512  # a longer text is tokenized as runs of about this many characters (_runs)
@@ -131,6 +132,7 @@ class NextTokenFormat:
         _, gen_tail = self._split_last_special(chat.generation_prompt)
         self.labels = LabelTable(tokenizer.encode, gen_tail)
         self._const: dict[str, tuple[int, ...]] = {}
+        self.run_ids = RunIds(tokenizer.encode_batch)
 
     def _split_last_special(self, text: str) -> tuple[str, str]:
         """(text through its last special token, the plain text after it)."""
@@ -144,17 +146,17 @@ class NextTokenFormat:
         return ids
 
     def encode_texts(self, texts: Iterable[str]) -> dict[str, tuple[int, ...]]:
-        """The literal ids of each distinct text, from one batch of all their runs: one call into the
-        tokenizer (which encodes a batch on all cores) instead of one per text, and a long text's runs are
-        encoded side by side; the ids are the text's, whole. A tokenizer whose cuts are not known to be
-        exact (ChatTokenizer.cuts_exact) encodes each text whole."""
+        """The literal ids of each distinct text, from its runs: the runs tokenized before come from
+        `run_ids` (a history that grew since the last step is tokenized only where it is new), the rest in
+        one batch (which the tokenizer encodes on all cores); the ids are the text's, whole. A tokenizer
+        whose cuts are not known to be exact (ChatTokenizer.cuts_exact) takes each text as one run."""
         unique = list(dict.fromkeys(texts))
         runs = [_runs(text) if self._tok.cuts_exact else [text] for text in unique]
-        ids = iter(self._tok.encode_batch([r for rs in runs for r in rs]))
+        ids = iter(self.run_ids.ids([r for rs in runs for r in rs]))
         out = {}
         for text, rs in zip(unique, runs, strict=True):
             if len(rs) == 1:
-                out[text] = tuple(next(ids))
+                out[text] = next(ids)
                 continue
             whole: list[int] = []
             for _ in rs:
