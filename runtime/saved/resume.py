@@ -70,7 +70,7 @@ def make_point(plan: Plan, captured) -> SavedPoint:
     shares that point's extents and adds one for its new positions; past MAX_EXTENTS, one over all."""
     n, start, key = captured.length, captured.start, plan.save_key
     assert n == plan.save and key, "a plan's capture is the point it saves"
-    tokens = torch.tensor(plan.ids[0][:n], dtype=torch.int64)
+    tokens = torch.from_numpy(np.fromiter(plan.ids[0][:n], dtype=np.int64, count=n))  # not torch.tensor: slow
     parent = plan.held
     at = parent.length if parent is not None else 0
     assert start <= at < n, "a capture holds every position past the point it resumed from"
