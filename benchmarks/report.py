@@ -528,12 +528,17 @@ def classes_table(title: str, workload: str, profile: dict, peer: dict, run: dic
     return "\n".join(lines), cols
 
 
-def agent_section(paths: list[Path], root: Path) -> str:
-    """The agent workload's section (benchmarks/agent.py files, the latest first): per engine the mean time
-    a step, steps 0-9 and from step 10 on, and the total; flidec-saved's bitwise count and the restart."""
-    if not paths:
+def agent_section(specs: list[str], root: Path) -> str:
+    """The agent workload's section (benchmarks/agent.py files, the latest first, each `PATH` or
+    `PATH:ENGINE,ENGINE` to show only those engines' rows): per engine the mean time a step, steps 0-9 and
+    from step 10 on, and the total; flidec-saved's bitwise count and the restart."""
+    if not specs:
         return ""
-    runs = [(p, json.loads((root / p).read_text())) for p in paths]
+    runs, shown = [], {}
+    for spec in specs:
+        path, _, names = spec.partition(":")
+        runs.append((Path(path), json.loads((root / path).read_text())))
+        shown[Path(path)] = set(names.split(",")) if names else None
     first = runs[0][1]
     lines = ["", "## The agent workload: saved states (benchmarks/agent.py)",
              f"{first['trajectories']} trajectories x {first['steps']} steps on {first['gpu']}, histories "
@@ -545,9 +550,10 @@ def agent_section(paths: list[Path], root: Path) -> str:
     restarts = []
     for path, run in runs:
         for variant, row in run["variants"].items():
+            only = shown[path]
             for name in ("flidec", "flidec-saved", "flide", "flide-session"):
                 e = row.get(name)
-                if e is None:
+                if e is None or (only is not None and name not in only):
                     continue
                 if "error" in e:
                     lines.append(f"| {path.name} | {variant} | {name} | error: {e['error'][:80]} | | | |")
@@ -563,6 +569,8 @@ def agent_section(paths: list[Path], root: Path) -> str:
                                                  else "")
                 lines.append(f"| {path.name} | {variant} | {name} | {e['steps_0_9_ms']:.1f} | "
                              f"{late} | {total} | {e.get('bitwise', '')} |")
+            if only is not None and "flidec-saved" not in only:
+                continue
             if "restart" in row:
                 r = row["restart"]
                 if not r.get("from_tier", True):
@@ -686,8 +694,8 @@ def page_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", type=Path, required=True, help="profile_runtime.py's file of the same code")
     p.add_argument("--peer", type=Path, required=True, help="profile_peer.py's file (flide's kernels)")
     p.add_argument("--previous", type=Path, help="the harness's results file of the run before")
-    p.add_argument("--agent", type=Path, action="append", help="benchmarks/agent.py's results file "
-                   "(repeatable, the latest first)")
+    p.add_argument("--agent", action="append", help="benchmarks/agent.py's results file, or FILE:ENGINE,... "
+                   "for those engines' rows only (repeatable, the latest first)")
     p.add_argument("--serve", type=Path, help="benchmarks/serve_bench.py's results file (the server under "
                    "load)")
     p.add_argument("--out", type=Path, default=Path("BENCHMARKS.md"))

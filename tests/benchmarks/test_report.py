@@ -216,3 +216,18 @@ def test_kernels_fall_into_classes_and_unlisted_time_is_kept() -> None:
     assert ms["past the list"] == 0.5 and ms["device total"] == 5.0
     flidec = report.class_ms([{"kernel": "gemm_silu_mul_kernel", "total_us": 3000.0}], 1)
     assert flidec["device total"] == 3.0 and math.isnan(flidec["past the list"])  # no (all) row: unknown
+
+
+def test_an_agent_file_can_show_some_engines_only() -> None:
+    """`--agent PATH:ENGINE,...` keeps those engines' rows of the file and, without flidec-saved, its restart
+    and phases lines; a bare PATH shows every engine the file holds."""
+    path = "benchmarks/results/2026-12-02-9ed6953.agent.json"
+    row = f"| {Path(path).name} |"
+
+    def engines(section: str) -> list[str]:
+        return [line.split(" | ")[2] for line in section.splitlines() if line.startswith(row)]
+    every = report.agent_section([path], ROOT)
+    assert engines(every) == ["flidec", "flidec-saved", "flide"] and "resumed from disk" in every
+    only = report.agent_section([f"{path}:flide"], ROOT)
+    assert engines(only) == ["flide"] and "resumed from disk" not in only and "in phases" not in only
+    assert engines(report.agent_section([f"{path}:flidec,flide"], ROOT)) == ["flidec", "flide"]

@@ -18,7 +18,7 @@ from flidec.frontend import load_spec
 from flidec.ir.errors import ArtifactError, InstanceError
 from flidec.run import Answerer, Summary
 from flidec.runtime.binder import Walker, bind
-from flidec.runtime.next_token import NextTokenFormat
+from flidec.runtime.next_token import NextTokenFormat, _runs
 from flidec.runtime.program import load
 from flidec.runtime.serve import Server
 from flidec.runtime.templates import TemplateWalker, _check_paths
@@ -127,9 +127,9 @@ class _Batches:
 
 
 def test_an_instance_is_tokenized_in_one_batch(program, qwen_tokenizer) -> None:
-    """The template walker drafts every piece, then tokenizes all the instance's bound text in one call (the
-    long state as runs), with the texts the spec's token bounds count; the paths are the plain binder's,
-    which tokenizes each piece on its own."""
+    """The template walker drafts every piece, then tokenizes all the instance's bound text in one call: the
+    root text and the long state as runs, each distinct run once, then the bound lines and the texts the
+    spec's token bounds count; the paths are the plain binder's, which tokenizes each piece on its own."""
     t = program.tree()
     tokenizer = _Batches(qwen_tokenizer)
     fmt = NextTokenFormat(tokenizer)
@@ -138,14 +138,12 @@ def test_an_instance_is_tokenized_in_one_batch(program, qwen_tokenizer) -> None:
             "questions": {"a": {"type": "noul", "instructions": "Is it long?"}, "b": choice}}
     plan, _ = TemplateWalker(t.tree, t.program.template, fmt).plan(inst)
     (batch,) = tokenizer.batches
+    root = "user\n" + inst["state"] + "\n\n"
     lines = ["Question: Is it long?\n", "yes\n", "no\n", "Question: Which?\n", "A: x - ex\n", "B: y\n"]
-    at = batch.index(lines[0])
-    assert batch[at : at + len(lines)] == lines  # every bound line of both questions, each on its own
-    state = batch[:at]
-    assert len(state) > 4 and "".join(state) == "user\n" + inst["state"] + "\n\n"  # the root text as runs
-    counted = batch[at + len(lines):]  # what the bounds count: the state (as runs), instructions, options
-    assert "".join(counted) == inst["state"] + "Is it long?" + "Which?" + "x" + "ex" + "y"
-    assert len(counted) > 5
+    counted = [inst["state"], "Is it long?", "Which?", "x", "ex", "y"]  # what the bounds count
+    assert len(_runs(root)) > 4 and len(_runs(inst["state"])) > 4
+    runs = [r for text in [root, *lines, *counted] for r in _runs(text)]
+    assert batch == list(dict.fromkeys(runs)) and len(batch) < len(runs)  # a repeated run is encoded once
     _check_paths(plan, Walker(t.tree, program.fmt, verify=True).plan(inst)[0])
 
 
