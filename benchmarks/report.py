@@ -641,6 +641,53 @@ def serve_section(path: Path | None, root: Path) -> str:
     return "\n".join(lines + ["", *notes]) + "\n"
 
 
+REPLICA_COUNTS = (1, 2, 4, 8)
+
+
+def router_section(path: Path | None, serve: Path | None, root: Path) -> str:
+    """Replicas' expected scaling (benchmarks/router_cost.py's file): what the ingress adds to a request
+    (route, rule, dispatch), and N replicas' throughput computed as N times the single server's (the serve
+    file's flidec row), capped by what one ingress can dispatch. Empty without a file."""
+    if path is None:
+        return ""
+    cost = json.loads((root / path).read_text())
+    d, route, tokenize, rule = cost["dispatch"], cost["route"], cost["tokenize"], cost["rule"]
+    lengths = sorted(route, key=int)
+    most = max(rule, key=int)
+    ingress_ms = d["ms_each"] + route[lengths[-1]] + rule[most]
+    prose = (f"{path.name}: on {cost['cpu']}, commit {cost['commit']}. What `flidec serve --replicas N`'s "
+             "ingress adds to a request beside the single server's own work: its route, keyless (the state "
+             "text's block keys, runtime/replicas/routing.py), "
+             + ", ".join(f"{route[t]:.3f} ms at {int(t):,} tokens" for t in lengths)
+             + " (tokenizing the state instead would cost "
+             + ", ".join(f"{tokenize[t]:.1f}" for t in lengths)
+             + f" ms; a request naming a session skips both); the rule over {most} replicas, "
+             f"{rule[most] * 1e3:.0f} us; Ray Serve's dispatch through SavedStateRouter, "
+             f"{d['ms_each']:.2f} ms "
+             f"a request at {d['concurrency']} in flight ({d['requests_per_s']:,.0f} requests/s through one "
+             "ingress, to 2 replicas that answer at once on the same cores: a lower bound).")
+    lines = ["", "## Replicas: the expected scaling (benchmarks/router_cost.py)", textwrap.fill(prose, 110)]
+    single = None
+    if serve is not None:
+        flidec = json.loads((root / serve).read_text())["servers"].get("flidec", {}).get("summary")
+        single = flidec and (flidec["requests_per_s"], flidec["questions_per_s"])
+    if not single:
+        return "\n".join(lines) + "\n"
+    rps, qps = single
+    cap = 1e3 / ingress_ms
+    lines += ["", f"Computed, not measured on several GPUs (issue 30): N replicas answer N times the single "
+              f"server's {rps:,.1f} requests/s (the server under load, above), up to one ingress's "
+              f"{cap:,.0f} requests/s ({ingress_ms:.2f} ms a request: the dispatch, the longest route and "
+              "the rule). The ingress's HTTP and JSON work, which the single server does too, is not in that "
+              "cost.", "", "| replicas | expected requests/s | expected questions/s | bound by |",
+              "|---|---|---|---|"]
+    for n in REPLICA_COUNTS:
+        r = min(n * rps, cap)
+        bound = "the GPUs" if n * rps <= cap else "the ingress"
+        lines.append(f"| {n} | {r:,.1f} | {r * qps / rps:,.1f} | {bound} |")
+    return "\n".join(lines) + "\n"
+
+
 def page(args: argparse.Namespace, root: Path) -> str:
     """BENCHMARKS.md's text from the run's results file, the runtime and peer profiles it cites, and
     optionally the run before it (flidec's numbers beside this run's); paths in `args` are under `root`."""
@@ -684,6 +731,7 @@ def page(args: argparse.Namespace, root: Path) -> str:
         "fork_qps": moved["flidec"] + _num(speed(run, "flidec", "quality", "qps"), "qps"),
         "agent": agent_section(list(args.agent or []), root),
         "serve": serve_section(args.serve, root),
+        "router": router_section(args.router, args.serve, root),
     }
     return string.Template(PAGE_TEMPLATE.read_text()).substitute(values)
 
@@ -698,6 +746,8 @@ def page_parser() -> argparse.ArgumentParser:
                    "for those engines' rows only (repeatable, the latest first)")
     p.add_argument("--serve", type=Path, help="benchmarks/serve_bench.py's results file (the server under "
                    "load)")
+    p.add_argument("--router", type=Path, help="benchmarks/router_cost.py's results file (replicas' expected "
+                   "scaling, with --serve's single server)")
     p.add_argument("--out", type=Path, default=Path("BENCHMARKS.md"))
     return p
 
@@ -706,7 +756,7 @@ def page_command(args: argparse.Namespace) -> str:
     """The command line that writes the page, its paths as given (relative to the repo root)."""
     given = [("--run", args.run), ("--profile", args.profile), ("--peer", args.peer),
              ("--previous", args.previous), *(("--agent", a) for a in args.agent or []),
-             ("--serve", args.serve), ("--out", args.out)]
+             ("--serve", args.serve), ("--router", args.router), ("--out", args.out)]
     return " \\\n  ".join(["python -m benchmarks.report", *(f"{k} {v}" for k, v in given if v)])
 
 

@@ -1,12 +1,13 @@
 """A request's route: what the router matches against the replicas holding saved states.
 
-Consumes an instance (a System One body or any tree's instance JSON), its tree and the artifact's tokenizer;
-produces a Route: the instance's session id (`x_session`, a string or {"id"}) and the keys of its state
-text's token prefixes, one per whole block of BLOCK ids, chain-hashed as runtime/saved/keys.py hashes saved
-points (from a scope of the tree's name, not the artifact's: the keys only have to agree with each other).
-A continuation of a state shares the keys of every block its earlier steps' states had whole (the last
-few ids of a state may tokenize differently once more text follows, so the longest shared key is the one
-before). Relies on the tokenizer alone: no compiler, no model.
+Consumes an instance (a System One body or any tree's instance JSON) and its tree; produces a Route: the
+instance's session id (`x_session`, a string or {"id"}) and the keys of its state text's prefixes, one per
+whole block of BLOCK_BYTES bytes of its UTF-8, chain-hashed from a scope of the tree's name. An agent's
+next state extends its last one's text, so it shares the key of every block the last state had whole, and
+the longest shared key points to the replica that saved that state. The keys hash text, not token ids
+(the saved-state store's keys, runtime/saved/keys.py): they only have to agree with each other, and text
+needs no tokenizer, so routing a long state costs the ingress microseconds, not the milliseconds its
+tokenizing would.
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from flidec.ir.tree import Tree
-from flidec.runtime.saved.keys import BLOCK, prefix_keys
 from flidec.runtime.saved.resume import SESSION_KEY
 
-MAX_BLOCKS = 1024  # keys kept a route: 65,536 state ids, past any tree's bound here
+BLOCK_BYTES = 1024  # about 256 tokens of prose: the saved points' spacing
+MAX_BLOCKS = 1024  # keys kept a route: 1 MiB of state text, past any tree's token bound here
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,18 +39,21 @@ def session_of(instance: object) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def tree_scope(tree: str) -> str:
-    return hashlib.sha256(f"flidec-route:{tree}".encode()).hexdigest()
+def text_keys(scope: bytes, text: str) -> tuple[str, ...]:
+    """The keys of `text`'s prefixes of 1, 2, ... whole blocks (hex, 32 digits each)."""
+    data = text.encode("utf-8", "surrogatepass")
+    blocks = min(len(data) // BLOCK_BYTES, MAX_BLOCKS)
+    out, h = [], scope
+    for b in range(blocks):
+        h = hashlib.blake2b(h + data[b * BLOCK_BYTES : (b + 1) * BLOCK_BYTES], digest_size=16).digest()
+        out.append(h.hex())
+    return tuple(out)
 
 
-def route_of(instance: object, tree: Tree, encode) -> Route:
-    """The route of `instance` of `tree`; `encode(text) -> ids` is the artifact's literal tokenizer
-    (ModelTokenizer.encode)."""
+def route_of(instance: object, tree: Tree) -> Route:
+    """The route of `instance` of `tree`: its session and its state text's block keys."""
     session = session_of(instance)
     text = instance.get(tree.state.name) if isinstance(instance, Mapping) else None
     if not isinstance(text, str) or not text:
         return Route(session)
-    ids = encode(text)
-    blocks = min(len(ids) // BLOCK, MAX_BLOCKS)
-    keys = prefix_keys(tree_scope(tree.name), ids, blocks) if blocks else []
-    return Route(session, tuple(keys))
+    return Route(session, text_keys(hashlib.sha256(f"flidec-route:{tree.name}".encode()).digest(), text))

@@ -32,7 +32,6 @@ from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
-from starlette.concurrency import run_in_threadpool
 
 from flidec.ir.errors import FlideError
 from flidec.ir.serde import spec_from_json
@@ -55,11 +54,10 @@ class TreeView:
 
 @dataclass(frozen=True, slots=True)
 class ArtifactView:
-    """What the routes read of a Program: its trees by name, its served name, the state tokenizer."""
+    """What the routes read of a Program: its trees by name and its served name."""
 
     trees: dict[str, TreeView]
     served_name: str
-    encode: Callable[[str], list[int]]
 
 
 def _summed(values: Sequence[Any]) -> Any:
@@ -94,12 +92,9 @@ class RoutedService(Service):
         self.resent = 0  # sends repeated because a replica died under them
 
     def _load(self) -> None:
-        from flidec.models.tokenizer import load_tokenizer
-
         try:
             directory = Path(self.serve_options.artifact)
             spec = spec_from_json(json.loads((directory / "tree.json").read_text(encoding="utf-8")))
-            tokenizer = load_tokenizer(directory / "tokenizer")
             try:
                 handle = self._connect()
                 about = handle.describe.remote().result()
@@ -109,7 +104,7 @@ class RoutedService(Service):
             by_name = {t.name: t for t in spec.trees}
             self.handle = handle
             self.program = ArtifactView({n: TreeView(by_name[n]) for n in about["trees"]},  # type: ignore[assignment]
-                                        about["served_name"], tokenizer.encode)
+                                        about["served_name"])
             log.info("flidec serve: the replicas of %s are ready, serving %s as %r", directory,
                      ", ".join(about["trees"]), about["served_name"])
         except BaseException as e:  # noqa: BLE001 (reported by the CLI, which stops the server)
@@ -150,11 +145,8 @@ class RoutedService(Service):
         assert isinstance(view, ArtifactView) and self.handle is not None
         name = tree if tree is not None else next(iter(view.trees))
         first = instances[0] if instances else None
-        session = session_of(first)
-        if session is not None:  # the session decides: its state need not be tokenized here
-            route = Route(session)
-        else:  # off the event loop: tokenizing a long state takes milliseconds (docs/SERVE.md)
-            route = await run_in_threadpool(route_of, first, view.trees[name].tree, view.encode)
+        session = session_of(first)  # a session decides alone; else the state text's block keys
+        route = Route(session) if session is not None else route_of(first, view.trees[name].tree)
         deadline_s = self.options.deadline_s
         for attempt in range(ATTEMPTS):
             left = deadline_s - (time.monotonic() - arrived)
