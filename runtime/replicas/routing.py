@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from flidec.ir.tree import Tree
 from flidec.runtime.saved.resume import SESSION_KEY
 
-BLOCK_BYTES = 1024  # about 256 tokens of prose: the saved points' spacing
-MAX_BLOCKS = 1024  # keys kept a route: 1 MiB of state text, past any tree's token bound here
+BLOCK_BYTES = 256  # about 64 tokens of prose, the saved-state store's block: a short state has keys too
+MAX_BLOCKS = 4096  # keys kept a route: 1 MiB of state text, past any tree's token bound here
 
 
 @dataclass(frozen=True, slots=True)
