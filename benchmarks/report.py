@@ -675,11 +675,12 @@ def router_section(path: Path | None, serve: Path | None, root: Path) -> str:
         return "\n".join(lines) + "\n"
     rps, qps = single
     cap = 1e3 / ingress_ms
-    lines += ["", f"Computed, not measured on several GPUs (issue 30): N replicas answer N times the single "
-              f"server's {rps:,.1f} requests/s (the server under load, above), up to one ingress's "
-              f"{cap:,.0f} requests/s ({ingress_ms:.2f} ms a request: the dispatch, the longest route and "
-              "the rule). The ingress's HTTP and JSON work, which the single server does too, is not in that "
-              "cost.", "", "| replicas | expected requests/s | expected questions/s | bound by |",
+    lines += ["", textwrap.fill(
+        f"Computed, not measured on several GPUs (issue 30): N replicas answer N times the single "
+        f"server's {rps:,.1f} requests/s (the server under load, above), up to one ingress's "
+        f"{cap:,.0f} requests/s ({ingress_ms:.2f} ms a request: the dispatch, the longest route and "
+        "the rule). The ingress's HTTP and JSON work, which the single server does too, is not in that "
+        "cost.", 110), "", "| replicas | expected requests/s | expected questions/s | bound by |",
               "|---|---|---|---|"]
     for n in REPLICA_COUNTS:
         r = min(n * rps, cap)

@@ -137,9 +137,10 @@ def test_the_serve_section_renders_only_from_its_file(tmp_path) -> None:
     text = (ROOT / "BENCHMARKS.md").read_text()
     start = text.index("python -m benchmarks.report")
     argv = shlex.split(text[start : text.index("```", start)].replace("\\\n", " "))[3:]
-    if "--serve" in argv:  # the page's own serve file left out: the command as it would be without one
-        at = argv.index("--serve")
-        argv = argv[:at] + argv[at + 2 :]
+    for flag in ("--serve", "--router"):  # the page's serve and router files left out
+        if flag in argv:
+            at = argv.index(flag)
+            argv = argv[:at] + argv[at + 2 :]
     plain = report.page(report.page_parser().parse_args(argv), ROOT)
     assert "## The server under load" not in plain  # no section without --serve
     path = tmp_path / "serve.json"
@@ -231,3 +232,21 @@ def test_an_agent_file_can_show_some_engines_only() -> None:
     only = report.agent_section([f"{path}:flide"], ROOT)
     assert engines(only) == ["flide"] and "resumed from disk" not in only and "in phases" not in only
     assert engines(report.agent_section([f"{path}:flidec,flide"], ROOT)) == ["flidec", "flide"]
+
+
+def test_the_replicas_scaling_is_computed_from_the_router_and_serve_files(tmp_path) -> None:
+    """N replicas: N times the single server's requests/s until one ingress's cost per request binds."""
+    router = tmp_path / "router.json"
+    router.write_text(json.dumps({"cpu": "a CPU", "commit": "abc1234", "route": {"512": 0.01, "5000": 0.1},
+                                  "tokenize": {"512": 1.0, "5000": 10.0}, "rule": {"8": 0.0},
+                                  "dispatch": {"requests": 10, "concurrency": 4, "s": 0.0249,
+                                               "requests_per_s": 401.6, "ms_each": 2.4}}))
+    serve = tmp_path / "serve.json"
+    serve.write_text(json.dumps(SERVE))
+    assert report.router_section(None, serve, ROOT) == ""
+    section = report.router_section(router, serve, ROOT)
+    assert "up to one ingress's 400 requests/s (2.50 ms a request" in " ".join(section.split())
+    rows = [line for line in section.splitlines() if line.startswith("| ")][1:]
+    assert rows[0] == "| 1 | 400.0 | 2,100.0 | the ingress |"  # SERVE's 812.3 requests/s, past the cap
+    assert len(rows) == len(report.REPLICA_COUNTS)
+    assert "| replicas" not in report.router_section(router, None, ROOT)  # no single server: no table
