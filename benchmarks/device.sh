@@ -6,7 +6,8 @@
 # AGENT=1 runs the agent workload (benchmarks/agent.py, AGENT_S 400 s) instead of the profile and the harness; SERVE=1 runs the
 # server under load instead (benchmarks/serve_bench.py: flidec serve and flide serve, 64 clients on mixed System One rows, capped at
 # SERVE_S, default 300 s, setup included; writes serve.json, serve.log and each server's log); BUDGET_S (default 380)
-# is the benchmark's whole budget, checkpoint and compiles included.
+# is the benchmark's whole budget, checkpoint and compiles included. PROFILE=0 skips the profile; E4=1 runs, instead of the
+# profile and the harness, the distance from float32 on a second weight seed (E4_S, 300 s) and on the demo model (E4_DEMO_S, 120 s).
 set -uo pipefail
 COMMIT=${1:?usage: bash benchmarks/device.sh COMMIT [BUDGET_S] [ENGINES] [WORKLOADS]}
 BUDGET=${2:-380}
@@ -31,6 +32,15 @@ if [ "${SERVE:-0}" != 0 ]; then  # the server under load (benchmarks/serve_bench
     --time-budget-s "$((SERVE_S - 10))" --out "$OUT/serve.json" 2>&1 | tee "$OUT/serve.log"
   exit 0
 fi
-timeout 150 python3 benchmarks/profile_runtime.py --model /tmp/qwen35-0.8b --workloads "quality,quality*4,race,race*8,mixed" --out "$OUT/profile.json" 2>&1 | tee "$OUT/profile.log"
+if [ "${E4:-0}" != 0 ]; then  # E4 on more models: a second weight seed, and the embedded demo model's demo workload
+  E4_ENGINES=${E4_ENGINES:-flidec,flidec-bf16,flide,fp32-ref}
+  python3 benchmarks/run.py --model /tmp/qwen35-0.8b-seed1 --make-seed 1 --engines "$E4_ENGINES" --workloads quality,race,mixed \
+    --time-budget-s "${E4_S:-300}" --results-dir "$OUT/seed1" --commit "$COMMIT" --no-plot 2>&1 | tee "$OUT/seed1.log"
+  DEMO=$(python3 -c "from flidec.models import DEMO_MODEL; print(DEMO_MODEL)")
+  python3 benchmarks/run.py --model "$DEMO" --engines "$E4_ENGINES" --workloads demo --time-budget-s "${E4_DEMO_S:-120}" \
+    --results-dir "$OUT/demo" --commit "$COMMIT" --no-plot 2>&1 | tee "$OUT/demo.log"
+  exit 0
+fi
+[ "${PROFILE:-1}" = 0 ] || timeout 150 python3 benchmarks/profile_runtime.py --model /tmp/qwen35-0.8b --workloads "quality,quality*4,race,race*8,mixed" --out "$OUT/profile.json" 2>&1 | tee "$OUT/profile.log"
 python3 benchmarks/run.py --model /tmp/qwen35-0.8b --engines "$ENGINES" --workloads "$WORKLOADS" \
   --time-budget-s "$BUDGET" --results-dir "$OUT" --commit "$COMMIT" 2>&1 | tee "$OUT/bench.log"

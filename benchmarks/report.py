@@ -689,6 +689,40 @@ def router_section(path: Path | None, serve: Path | None, root: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _e4(r: dict | None, key: str) -> str:
+    ex = (r or {}).get("exact") or {}
+    if key == "flips":
+        return f"{ex['flips']}/{ex['reads']}" if ex else "-"
+    return _fmt(ex.get(key), 5 if key == "mean_tv" else 2)
+
+
+def numerics_section(run: dict, extra: list[Path], root: Path) -> str:
+    """E4 against its cost: flidec (fp32 activations), flidec-bf16 (--activations bf16) and flide, each
+    from the float32 reference, on the run's workloads and on each `extra` results file's (another weight
+    seed, the demo model), with flidec's q/s against flidec-bf16's of the same run."""
+    head = ("model", "workload", "TV flidec / bf16 act. / flide", "flidec / flide", "max|dp| points",
+            "flips", "q/s flidec / bf16 act.")
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    runs = [(Path(run["command"].split("--model ")[1].split()[0]).name, run)]
+    runs += [(Path(r["command"].split("--model ")[1].split()[0]).name, r)
+             for r in (json.loads((root / p).read_text()) for p in extra)]
+    for model, result in runs:
+        for w in result["workloads"]:
+            f, b, p = (cell(result, e, w) for e in ("flidec", "flidec-bf16", "flide"))
+            fx, px = ((c or {}).get("exact") or {} for c in (f, p))
+            if not fx:
+                continue
+            ratio = f"{fx['mean_tv'] / px['mean_tv']:.2f}x" if px.get("mean_tv") else "-"
+            fq, bq = speed(result, "flidec", w, "qps"), speed(result, "flidec-bf16", w, "qps")
+            cost = f" ({100 * (fq / bq - 1):+.1f}%)" if fq and bq else ""
+            lines.append("| " + " | ".join((
+                model, w, " / ".join(_e4(c, "mean_tv") for c in (f, b, p)), ratio,
+                " / ".join(_e4(c, "max_dp_points") for c in (f, b, p)),
+                " / ".join(_e4(c, "flips") for c in (f, b, p)),
+                f"{_num(fq, 'qps')} / {_num(bq, 'qps')}{cost}")) + " |")
+    return "\n".join(lines)
+
+
 def page(args: argparse.Namespace, root: Path) -> str:
     """BENCHMARKS.md's text from the run's results file, the runtime and peer profiles it cites, and
     optionally the run before it (flidec's numbers beside this run's); paths in `args` are under `root`."""
@@ -733,6 +767,7 @@ def page(args: argparse.Namespace, root: Path) -> str:
         "agent": agent_section(list(args.agent or []), root),
         "serve": serve_section(args.serve, root),
         "router": router_section(args.router, args.serve, root),
+        "numerics": numerics_section(run, list(args.numerics or []), root),
     }
     return string.Template(PAGE_TEMPLATE.read_text()).substitute(values)
 
@@ -749,6 +784,8 @@ def page_parser() -> argparse.ArgumentParser:
                    "load)")
     p.add_argument("--router", type=Path, help="benchmarks/router_cost.py's results file (replicas' expected "
                    "scaling, with --serve's single server)")
+    p.add_argument("--numerics", action="append", type=Path, help="a harness results file of another model "
+                   "(a second weight seed, the demo model) for the E4 table (repeatable)")
     p.add_argument("--out", type=Path, default=Path("BENCHMARKS.md"))
     return p
 
@@ -757,7 +794,8 @@ def page_command(args: argparse.Namespace) -> str:
     """The command line that writes the page, its paths as given (relative to the repo root)."""
     given = [("--run", args.run), ("--profile", args.profile), ("--peer", args.peer),
              ("--previous", args.previous), *(("--agent", a) for a in args.agent or []),
-             ("--serve", args.serve), ("--router", args.router), ("--out", args.out)]
+             ("--serve", args.serve), ("--router", args.router),
+             *(("--numerics", n) for n in args.numerics or []), ("--out", args.out)]
     return " \\\n  ".join(["python -m benchmarks.report", *(f"{k} {v}" for k, v in given if v)])
 
 

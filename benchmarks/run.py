@@ -48,6 +48,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python benchmarks/run.py", description=__doc__.split("\n")[0])
     p.add_argument("--model", required=True, type=Path, help="model directory (made here if missing)")
     p.add_argument("--make-size", default="0.8B", help="make_checkpoint --size for a missing --model")
+    p.add_argument("--make-seed", type=int, default=0, help="make_checkpoint --seed for a missing --model")
     p.add_argument("--engines", default=DEFAULT_ENGINES, help=f"comma list of {', '.join(ENGINES)}")
     p.add_argument("--workloads", default=DEFAULT_WORKLOADS, help=f"comma list of {', '.join(BUILDERS)}")
     p.add_argument("--scale", type=float, default=1.0, help="shrink instance counts and lengths (0, 1]")
@@ -85,8 +86,8 @@ def ensure_model(args: argparse.Namespace) -> bool:
         return False
     from flidec.testing.make_checkpoint import make_checkpoint
 
-    log(f"{args.model} does not exist: making a {args.make_size} checkpoint (seed 0, bf16)")
-    make_checkpoint(args.model, args.make_size, seed=0, dtype="bf16")
+    log(f"{args.model} does not exist: making a {args.make_size} checkpoint (seed {args.make_seed}, bf16)")
+    make_checkpoint(args.model, args.make_size, seed=args.make_seed, dtype="bf16")
     return True
 
 

@@ -47,6 +47,7 @@ class ArtifactInputs:
     recordings: Mapping[tuple[str, str], Recording]  # (tree, bucket) -> recording; empty for cpu
     kernels: Mapping[str, CompiledKernel]  # KernelSpec key -> compiled kernel
     bundle_weights: bool = False
+    activations: str | None = None  # a GPU target's --activations; None for cpu (the executor's own)
 
 
 def sha256_file(path: Path) -> str:
@@ -118,6 +119,7 @@ def write_artifact(inputs: ArtifactInputs, out: Path) -> dict[str, Any]:
         "flidec_artifact": FORMAT,
         "versions": _versions(inputs.target),
         "target": inputs.target,
+        **({"activations": inputs.activations} if inputs.activations else {}),
         "complete": not incomplete,
         "missing_kernels": incomplete,
         "spec": {"sha256": hashlib.sha256(inputs.spec_source).hexdigest(),

@@ -1,12 +1,12 @@
 """Fork conv: Qwen3.5's depthwise causal conv + SiLU over each row's path, one Triton kernel.
 
 Consumes x [T, C] (any dtype, channels contiguous), the depthwise weight [C, CONV_TAPS] and the conv_taps
-table of runtime/tables.py (per row: the rows of its CONV_TAPS - 1 predecessors on its path, then
-itself; -1 reads zeros, and a row whose own entry is -1 is padding); produces out [T, C] in x's dtype,
-written only at segment rows. One program per (BLOCK_R rows, BLOCK_C channels) tile; each row gathers its
-taps by index, so a branch's first rows read its parent's last rows across the fork point.
-Relies on (E3): an output element depends only on its own taps, summed oldest first in fp32 whatever the
-tile, so a forked stream and each path's plain stream give identical bits.
+table of runtime/tables.py (per row: the rows of its CONV_TAPS - 1 predecessors on its path, then itself; -1
+reads zeros, and a row whose own entry is -1 is padding); produces out [T, C] in its own dtype (x's, or fp32:
+the Gated DeltaNet's inputs unrounded), written only at segment rows. One program per (BLOCK_R rows, BLOCK_C
+channels) tile; each row gathers its taps by index, so a branch's first rows read its parent's last rows
+across the fork point. Relies on (E3): an output element depends only on its own taps, summed oldest first in
+fp32 whatever the tile, so a forked stream and each path's plain stream give identical bits.
 """
 
 from __future__ import annotations
@@ -66,10 +66,11 @@ def fork_conv_kernel(
 class ConvSpec:
     """Everything a fork conv kernel is specialized on: one compiled kernel per spec."""
 
-    dtype: torch.dtype  # x and out
+    dtype: torch.dtype  # x's
     weight_dtype: torch.dtype
     channels: int
     strides: tuple[int, int, int]  # row strides in elements of x, weight, out
+    out_dtype: torch.dtype | None = None  # fp32 (the Gated DeltaNet's inputs unrounded), or None: x's
 
     @property
     def tiles(self) -> ConvTiles:
@@ -77,7 +78,8 @@ class ConvSpec:
 
     def signature(self) -> dict[str, str]:
         ptr = "*" + DTYPE_NAMES[self.dtype]
-        sig = {"x_ptr": ptr, "w_ptr": "*" + DTYPE_NAMES[self.weight_dtype], "out_ptr": ptr,
+        sig = {"x_ptr": ptr, "w_ptr": "*" + DTYPE_NAMES[self.weight_dtype],
+               "out_ptr": "*" + DTYPE_NAMES[self.out_dtype or self.dtype],
                "taps_ptr": "*i32", "rows_ptr": "*i32"}
         return sig | {name: "constexpr" for name in self.constexprs()}
 
@@ -93,22 +95,26 @@ class ConvSpec:
 def conv_spec(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor) -> ConvSpec:
     """The spec of a launch on these tensors (checking what the kernel assumes of them)."""
     channels = x.shape[1]
-    if weight.shape != (channels, CONV_TAPS) or out.shape != x.shape or out.dtype != x.dtype:
-        raise ValueError(f"need x and out [T, C] of one dtype and a weight [C, {CONV_TAPS}]; got x "
+    if weight.shape != (channels, CONV_TAPS) or out.shape != x.shape or out.dtype not in (x.dtype,
+                                                                                           torch.float32):
+        raise ValueError(f"need x and out [T, C] (out in x's dtype or fp32) and a weight [C, {CONV_TAPS}]; "
+                         f"got x "
                          f"{tuple(x.shape)}, out {tuple(out.shape)} {out.dtype}, "
                          f"weight {tuple(weight.shape)}")
     if x.stride(1) != 1 or weight.stride(1) != 1 or out.stride(1) != 1:
         raise ValueError("x, weight and out need contiguous channels")
     return ConvSpec(dtype=x.dtype, weight_dtype=weight.dtype, channels=channels,
-                    strides=(x.stride(0), weight.stride(0), out.stride(0)))
+                    strides=(x.stride(0), weight.stride(0), out.stride(0)),
+                    out_dtype=None if out.dtype == x.dtype else out.dtype)
 
 
 def fork_conv(x: torch.Tensor, weight: torch.Tensor, meta: StreamMeta, out: torch.Tensor | None = None,
-              rows: int | None = None) -> torch.Tensor:
+              rows: int | None = None, dtype: torch.dtype | None = None) -> torch.Tensor:
     """Run the kernel eagerly (JIT on CUDA, interpreter on CPU) with the taps table padded to `rows` if
-    given. `out` defaults to a NaN-filled tensor, so rows the kernel does not write stay NaN."""
+    given. `out` defaults to a NaN-filled tensor of `dtype` (default x's), so rows the kernel does not write
+    stay NaN."""
     if out is None:
-        out = torch.full(x.shape, float("nan"), dtype=x.dtype, device=x.device)
+        out = torch.full(x.shape, float("nan"), dtype=dtype or x.dtype, device=x.device)
     spec = conv_spec(x, weight, out)
     taps = conv_taps(meta, rows).to(x.device)
     eager.launch(fork_conv_kernel, spec.grid(taps.shape[0]), x, weight, out, taps,

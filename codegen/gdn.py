@@ -110,8 +110,8 @@ class GdnSpec:
     """Everything a forked Gated DeltaNet layer's launches are specialized on: one compiled prep, state walk
     and output kernel per spec."""
 
-    dtype: torch.dtype  # q, k, v
-    gate_dtype: torch.dtype  # g and beta (fp32), or a and b when fused (the model dtype)
+    dtype: torch.dtype  # q, k, v: the model dtype, or fp32 (fp32 activations: E4)
+    gate_dtype: torch.dtype  # g and beta (fp32), or a and b when fused (the model dtype or fp32)
     out_dtype: torch.dtype
     num_k_heads: int
     num_v_heads: int
@@ -120,6 +120,7 @@ class GdnSpec:
     fused_gate: bool
     strides: tuple[tuple[int, int], ...]  # (row, head) strides in elements of q, k, v, g, beta, out
     norm: GdnNorm | None = None  # the output kernel applies the layer's gated RMS norm (gdn_out_kernel NORM)
+    param_dtype: torch.dtype | None = None  # A_log and dt_bias when fused (the weights'); None: gate_dtype
 
     @property
     def tiles(self) -> GdnTiles:
@@ -146,7 +147,8 @@ class GdnSpec:
     def prep_signature(self) -> dict[str, str]:
         sig = {name: "*" + DTYPE_NAMES[self.dtype] for name in ("q_ptr", "k_ptr", "v_ptr")}
         gate = "*" + DTYPE_NAMES[self.gate_dtype]
-        sig |= {name: gate for name in ("g_ptr", "beta_ptr", "a_log_ptr", "dt_bias_ptr")}
+        param = "*" + DTYPE_NAMES[self.param_dtype or self.gate_dtype]
+        sig |= {"g_ptr": gate, "beta_ptr": gate, "a_log_ptr": param, "dt_bias_ptr": param}
         sig |= {"items_ptr": "*i32", "tails_ptr": "*i32", "chunks_ptr": "*i32"}
         sig |= self._work(ChunkWork.PREP_PARTS)
         sig |= {"scale": "fp32"}
@@ -159,6 +161,7 @@ class GdnSpec:
             "G_ST": g_st, "B_ST": b_st, "HV": self.num_v_heads, "GROUP": self.num_v_heads // self.num_k_heads,
             "DK": self.key_dim, "DV": self.value_dim, "CHUNK": CHUNK, **self._fields(),
             "FUSED_GATE": self.fused_gate, "EPS": L2_EPS, "DOT": self.tiles.dot, "SPLIT": self.split,
+            "SPLIT_QK": self.split and self.dtype == torch.float32,
         }
 
     def state_signature(self) -> dict[str, str]:
@@ -187,7 +190,8 @@ class GdnSpec:
         return {"O_ST": o_st, "O_SH": o_sh, "Z_ST": z_st, "Z_SH": z_sh, "HV": self.num_v_heads,
                 "DK": self.key_dim, "DV": self.value_dim, "BLOCK_O": self.tiles.block_o, "CHUNK": CHUNK,
                 **self._fields(),
-                "DOT_OUT": self.tiles.out_dot, "NORM": self.norm is not None}
+                "DOT_OUT": self.tiles.out_dot, "NORM": self.norm is not None,
+                "F32_O": self.dtype == torch.float32}
 
     # Heads (and value blocks) are the grid's first axis, work slots its second: blocks are dispatched first
     # axis fastest, so a stream's few live slots (they come first) start in the first wave, and the padding
@@ -293,9 +297,10 @@ class ChunkWork:
 
 def gdn_spec(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
              out: torch.Tensor, fused_gate: bool, z: torch.Tensor | None = None,
-             norm_weight: torch.Tensor | None = None) -> GdnSpec:
+             norm_weight: torch.Tensor | None = None, param_dtype: torch.dtype | None = None) -> GdnSpec:
     """The spec of a launch on these tensors (checking what the kernels assume of them); with z and
-    norm_weight, the outputs are normed by the gated RMS norm."""
+    norm_weight, the outputs are normed by the gated RMS norm; `param_dtype`: A_log's and dt_bias's when
+    fused and not a's."""
     hk, dk = k.shape[1:]
     hv, dv = v.shape[1:]
     if dk not in KEY_DIMS or dv not in TILES:
@@ -323,7 +328,8 @@ def gdn_spec(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
         norm = GdnNorm(z.dtype, norm_weight.dtype, (z.stride(0), z.stride(1)))
     strides = tuple((t.stride(0), t.stride(1)) for t in (q, k, v, g, beta, out))
     return GdnSpec(dtype=q.dtype, gate_dtype=g.dtype, out_dtype=out.dtype, num_k_heads=hk, num_v_heads=hv,
-                   key_dim=dk, value_dim=dv, fused_gate=fused_gate, strides=strides, norm=norm)
+                   key_dim=dk, value_dim=dv, fused_gate=fused_gate, strides=strides, norm=norm,
+                   param_dtype=param_dtype)
 
 
 def slot_buffer(num_slots: int, num_v_heads: int, key_dim: int, value_dim: int,
@@ -359,11 +365,12 @@ def fork_gdn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
     weight, eps) the output is gated_rms_norm(out, z, weight, eps), computed in the output kernel.
     """
     fused = a_log is not None
-    if fused != (dt_bias is not None) or (fused and {a_log.dtype, dt_bias.dtype} != {g.dtype}):
-        raise ValueError("to fuse the gate pass both a_log and dt_bias, in the dtype of the projections a, b")
+    if fused != (dt_bias is not None) or (fused and a_log.dtype != dt_bias.dtype):
+        raise ValueError("to fuse the gate pass both a_log and dt_bias, in one dtype")
     if out is None:
         out = torch.full(v.shape, float("nan"), dtype=v.dtype, device=v.device)
-    spec = gdn_spec(q, k, v, g, beta, out, fused, *(norm[:2] if norm else ()))
+    param_dtype = a_log.dtype if fused and a_log.dtype != g.dtype else None
+    spec = gdn_spec(q, k, v, g, beta, out, fused, *(norm[:2] if norm else (None, None)), param_dtype)
     tables = gdn_tables(meta, levels, per_level, num_slots, num_chunks)
     if slots is None:
         slots = slot_buffer(tables.num_slots, spec.num_v_heads, spec.key_dim, spec.value_dim, q.device)

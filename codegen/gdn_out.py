@@ -43,12 +43,14 @@ def gdn_out_kernel(
     NUM_FIELDS: tl.constexpr, F_ROW0: tl.constexpr, F_LENGTH: tl.constexpr, F_TAIL: tl.constexpr,
     DOT_OUT: tl.constexpr,
     NORM: tl.constexpr,  # out = gated_rms_norm(o, z, norm_w, eps) instead of o
+    F32_O: tl.constexpr,  # fp32 q, k, v: o is fp32 as the unfused kernel would store it, not out's dtype
 ):
     """One chunk's outputs for one value head and BLOCK_O value columns: out = qe S + attn v_new, at the
     item's own rows (tail rows are the ancestors': they wrote them themselves). With NORM, one program
-    computes all Dv columns of its head (one or two blocks of BLOCK_O), rounds o to out's dtype as it is
-    stored without NORM, and writes Qwen3_5RMSNormGated(o) * silu(z) computed as gated_rms_norm_kernel does
-    (pointwise.sum_squares over the blocks, then pointwise.gated_norm): the same bits as the two launches."""
+    computes all Dv columns of its head (one or two blocks of BLOCK_O), rounds o to the dtype it is stored in
+    without NORM (q's: out's, or fp32 with F32_O), and writes Qwen3_5RMSNormGated(o) * silu(z) computed as
+    gated_rms_norm_kernel does (pointwise.sum_squares over the blocks, then pointwise.gated_norm): the same
+    bits as the two launches."""
     BLOCKS: tl.constexpr = DV // BLOCK_O
     slot = tl.program_id(1)
     if NORM:
@@ -74,21 +76,22 @@ def gdn_out_kernel(
     row = (row0 + pos - n_tail).to(tl.int64)
     out_at = out_ptr + row[:, None] * O_ST + hv * O_SH
     dtype: tl.constexpr = out_ptr.dtype.element_ty
+    o_dtype: tl.constexpr = tl.float32 if F32_O else dtype  # what the unfused kernel would store o in
     if NORM:
         z_at = z_ptr + row[:, None] * Z_ST + hv * Z_SH
-        o = o.to(dtype).to(tl.float32)  # the values the unfused kernel stores and the norm loads
+        o = o.to(o_dtype).to(tl.float32)  # the values the unfused kernel stores and the norm loads
         if BLOCKS == 1:
             ss = sum_squares(o, BLOCK_O)
         else:  # the second block's o before either is written: the norm needs every column's square
             offs_v1 = BLOCK_O + offs_v
             o1 = _out_block(qe_ptr, attn_ptr, u_ptr, states_ptr, at, offs_c, offs_k, offs_v1, DK, DV, CHUNK,
-                            DOT_OUT).to(dtype).to(tl.float32)
+                            DOT_OUT).to(o_dtype).to(tl.float32)
             ss = sum_squares(o, BLOCK_O) + sum_squares(o1, BLOCK_O)
             z = tl.load(z_at + offs_v1[None, :], mask=own[:, None], other=0.0).to(tl.float32)
             w = tl.load(norm_w_ptr + offs_v1).to(tl.float32)
-            tl.store(out_at + offs_v1[None, :], gated_norm(o1, ss, z, w, eps, DV, dtype).to(dtype),
+            tl.store(out_at + offs_v1[None, :], gated_norm(o1, ss, z, w, eps, DV, o_dtype).to(dtype),
                      mask=own[:, None])
         z = tl.load(z_at + offs_v[None, :], mask=own[:, None], other=0.0).to(tl.float32)
         w = tl.load(norm_w_ptr + offs_v).to(tl.float32)
-        o = gated_norm(o, ss, z, w, eps, DV, dtype)
+        o = gated_norm(o, ss, z, w, eps, DV, o_dtype)
     tl.store(out_at + offs_v[None, :], o.to(dtype), mask=own[:, None])

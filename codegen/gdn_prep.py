@@ -1,11 +1,11 @@
 """The forked Gated DeltaNet's prep kernel: all of a chunk that does not depend on the state entering it.
 
-Consumes q/k [T, Hk, Dk], v [T, Hv, Dv], the log-decay g and write strength beta [T, Hv] (fp32; or, with the
-gate fused, the raw projections a and b plus A_log and dt_bias) and the items, tails and chunks tables of
-runtime/tables.py; produces per (chunk slot, value head) the ChunkWork of codegen/gdn.py: L2-normed, decayed
-q and k (qe, ke), the masked in-chunk attention, the chunk's total decay and, from the unit lower triangular
-WY system inverted blockwise, w and u (w and ke as bf16 hi and lo planes with bf16x3 tiles). One launch
-covers every chunk of every tree level, one program per (value head, chunk slot). Relies on
+Consumes q/k [T, Hk, Dk], v [T, Hv, Dv] (the model dtype or fp32), the log-decay g and write strength beta [T,
+Hv] (fp32; or, with the gate fused, the raw projections a and b plus A_log and dt_bias) and the items, tails
+and chunks tables of runtime/tables.py; produces per (chunk slot, value head) the ChunkWork of codegen/gdn.py:
+L2-normed, decayed q and k (qe, ke), the masked in-chunk attention, the chunk's total decay and, from the unit
+lower triangular WY system inverted blockwise, w and u (w and ke as bf16 hi and lo planes with bf16x3 tiles).
+One launch covers every chunk of every tree level, one program per (value head, chunk slot). Relies on
 codegen/gdn_common.py for the bf16x3 products and on absolute chunk boundaries (E3).
 """
 
@@ -91,6 +91,7 @@ def gdn_prep_kernel(
     FUSED_GATE: tl.constexpr, EPS: tl.constexpr,
     DOT: tl.constexpr,  # tl.dot input precision of the fp32 products (GdnTiles.dot)
     SPLIT: tl.constexpr,  # w and ke as bf16 hi and lo planes (GdnSpec.split), else fp32
+    SPLIT_QK: tl.constexpr,  # fp32 q and k under SPLIT: their products as bf16x3 of split copies
 ):
     """Everything of one chunk that does not depend on the state entering it, for one value head: with
     cum the in-chunk cumulative log-decay, w = T (beta k e^cum) and u = T (beta v) (T the inverse of the unit
@@ -137,15 +138,24 @@ def gdn_prep_kernel(
     # k first (ke written, k k^T and the norms kept), then q (qe and attn written): q's tiles die before
     # the WY system's are live, and k's fp32 copy before q is loaded.
     # q k^T and k k^T multiply the loaded values and normalise after: products of 16-bit inputs are exact
-    # in the fp32 accumulator, so one bf16 product is as accurate as tf32x3 on normalised fp32 copies
+    # in the fp32 accumulator, so one bf16 product is as accurate as tf32x3 on normalised fp32 copies; fp32
+    # inputs (SPLIT_QK) are split into bf16 hi and lo once and multiplied as bf16x3
     k = tl.load(k_ptr + row[:, None] * K_ST + hk * K_SH + offs_k[None, :], mask=valid[:, None], other=0.0)
-    kk = tl.dot(k, tl.trans(k), input_precision=DOT)
+    if SPLIT_QK:
+        k_h, k_l = _split(k)
+        kk = _mul(k_h, k_l, tl.trans(k_h), tl.trans(k_l), None, DOT, True)
+    else:
+        kk = tl.dot(k, tl.trans(k), input_precision=DOT)
     kf = k.to(tl.float32)
     r_k = tl.rsqrt(tl.sum(kf * kf, 1) + EPS)
     ke_at = ke_ptr + at * (PLANES * CHUNK * DK) + by_k
     _store_planes(ke_at, (kf * r_k[:, None]) * tl.exp(cum_last - cum)[:, None], CHUNK * DK, SPLIT)
     q = tl.load(q_ptr + row[:, None] * Q_ST + hk * Q_SH + offs_k[None, :], mask=valid[:, None], other=0.0)
-    qk = tl.dot(q, tl.trans(k), input_precision=DOT)
+    if SPLIT_QK:
+        q_h, q_l = _split(q)
+        qk = _mul(q_h, q_l, tl.trans(k_h), tl.trans(k_l), None, DOT, True)
+    else:
+        qk = tl.dot(q, tl.trans(k), input_precision=DOT)
     qf = q.to(tl.float32)
     r_q = tl.rsqrt(tl.sum(qf * qf, 1) + EPS) * scale
     tl.store(qe_ptr + at * (CHUNK * DK) + by_k, (qf * r_q[:, None]) * tl.exp(cum)[:, None])

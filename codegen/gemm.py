@@ -1,7 +1,8 @@
 """Batch-invariant GEMM y = x @ W^T: a row's bits depend on that row of x and on W only.
 
 Consumes x [M, K] and W [N, K] (bf16 or fp32, inner dim contiguous) and the count of rows to compute, read
-from device memory (ROWS below); produces those rows of y [M, N] in x's dtype, with fp32 accumulation. One
+from device memory (ROWS below); produces those rows of y [M, N] with fp32 accumulation, rounded to y's
+dtype: x's, or fp32 (the accumulator as it is: the residual stream's projections, E4). One
 program per (BLOCK_M rows, BLOCK_N columns) tile; K is reduced in BLOCK_K steps from 0 upward, in the same
 order for every row, with no split-K, so neither M nor a row's place among the tiles changes its result.
 `gemm_group_kernel` runs up to four projections of one x (passes/group_linears.py) in one launch, each tile
@@ -326,17 +327,24 @@ def gemm_silu_mul_tma_kernel(
 class GemmSpec:
     """Everything a GEMM kernel is specialized on (M is a launch argument; its size picked the tiles)."""
 
-    dtype: torch.dtype
+    dtype: torch.dtype  # x's and W's
     n: int
     k: int
     strides: tuple[int, int, int]  # row strides of x, W, y, in elements
     tiles: GemmTiles
+    out_dtype: torch.dtype | None = None  # y's: fp32 (the accumulator unrounded), or None: x's
 
     def signature(self, pointers: tuple[str, ...] = ("x_ptr", "w_ptr", "y_ptr")) -> dict[str, str]:
-        """The kernel's parameter types; gemm_silu_mul_kernel names its pointers x, wg, wu, y."""
+        """The kernel's parameter types; gemm_silu_mul_kernel names its pointers x, wg, wu, y (the last is
+        y)."""
         ptr = "*" + DTYPE_NAMES[self.dtype]
-        sig = {name: ptr for name in pointers} | {"rows_ptr": "*i32"}
+        sig = {name: ptr for name in pointers[:-1]} | {pointers[-1]: "*" + DTYPE_NAMES[self.y_dtype]}
+        sig |= {"rows_ptr": "*i32"}
         return sig | {name: "constexpr" for name in self.constexprs()}
+
+    @property
+    def y_dtype(self) -> torch.dtype:
+        return self.out_dtype or self.dtype
 
     def constexprs(self) -> dict[str, int]:
         t = self.tiles
@@ -375,8 +383,8 @@ def _tma_ready(tiles: GemmTiles, *ts: torch.Tensor) -> GemmTiles:
 def gemm_spec(x: torch.Tensor, weight: torch.Tensor, y: torch.Tensor, columns: int | None = None) -> GemmSpec:
     """The spec of a launch on these tensors (checking what the kernel assumes of them), its tiles picked by
     x's rows and `columns` (default: W's rows)."""
-    if x.dtype not in TILES or weight.dtype != x.dtype or y.dtype != x.dtype:
-        raise ValueError(f"x, W and y must share one of {sorted(map(str, TILES))}")
+    if x.dtype not in TILES or weight.dtype != x.dtype or y.dtype not in (x.dtype, torch.float32):
+        raise ValueError(f"x and W must share one of {sorted(map(str, TILES))}, and y be in it or fp32")
     if x.shape[1] != weight.shape[1] or y.shape != (x.shape[0], weight.shape[0]):
         raise ValueError(f"shapes do not compose: x {tuple(x.shape)}, W {tuple(weight.shape)}, "
                          f"y {tuple(y.shape)}")
@@ -385,13 +393,16 @@ def gemm_spec(x: torch.Tensor, weight: torch.Tensor, y: torch.Tensor, columns: i
     return GemmSpec(dtype=x.dtype, n=weight.shape[0], k=weight.shape[1],
                     strides=(x.stride(0), weight.stride(0), y.stride(0)),
                     tiles=_tma_ready(tiles_for(x.dtype, x.shape[0], weight.shape[0] if columns is None
-                                               else columns), x, weight))
+                                               else columns), x, weight),
+                    out_dtype=None if y.dtype == x.dtype else y.dtype)
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-    """y = x @ W^T, run eagerly (JIT on CUDA, interpreter on CPU). `out` defaults to a NaN-filled tensor."""
+def linear(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None,
+           dtype: torch.dtype | None = None) -> torch.Tensor:
+    """y = x @ W^T, run eagerly (JIT on CUDA, interpreter on CPU). `out` defaults to a NaN-filled tensor of
+    `dtype` (default x's)."""
     if out is None:
-        out = torch.full((x.shape[0], weight.shape[0]), float("nan"), dtype=x.dtype, device=x.device)
+        out = torch.full((x.shape[0], weight.shape[0]), float("nan"), dtype=dtype or x.dtype, device=x.device)
     spec = gemm_spec(x, weight, out)
     if x.shape[0] > 0:
         rows = eager.row_count(len(x), x.device)
@@ -418,6 +429,8 @@ def silu_mul_spec(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, y: 
     spec = gemm_spec(x, w_gate, y)
     if w_up.shape != w_gate.shape or w_up.dtype != w_gate.dtype or w_up.stride() != w_gate.stride():
         raise ValueError(f"gate {tuple(w_gate.shape)} and up {tuple(w_up.shape)} weights differ")
+    if y.dtype != x.dtype:
+        raise ValueError("the SwiGLU product is written in x's dtype")
     tiles = spec.tiles
     if tiles.programs and x.shape[0] <= SILU_MUL_PERSISTENT_ROWS:
         tiles = _PER_TILE
@@ -452,8 +465,9 @@ class GemmGroupSpec:
         return self.members[0].tiles
 
     def signature(self) -> dict[str, str]:
-        ptr = "*" + DTYPE_NAMES[self.members[0].dtype]
-        sig = {"x_ptr": ptr} | {f"{p}{i}_ptr": ptr for i in range(GROUP) for p in ("w", "y")}
+        ptr, out = ("*" + DTYPE_NAMES[d] for d in (self.members[0].dtype, self.members[0].y_dtype))
+        sig = {"x_ptr": ptr} | {f"{p}{i}_ptr": ptr if p == "w" else out
+                                for i in range(GROUP) for p in ("w", "y")}
         sig |= {"rows_ptr": "*i32"}
         return sig | {name: "constexpr" for name in self.constexprs()}
 
@@ -490,17 +504,19 @@ def gemm_group_spec(x: torch.Tensor, weights: tuple[torch.Tensor, ...], outs: tu
     if len({m.tiles for m in members}) > 1:  # some member's W cannot be loaded by TMA: none is (_tma_ready)
         per_tile = dataclasses.replace(members[0].tiles, programs=0, num_stages=_PER_TILE.num_stages)
         members = tuple(dataclasses.replace(m, tiles=per_tile) for m in members)
-    if len({w.dtype for w in weights}) != 1:
-        raise ValueError("a group's weights share one dtype")
+    if len({w.dtype for w in weights}) != 1 or len({y.dtype for y in outs}) != 1:
+        raise ValueError("a group's weights share one dtype, and its outputs one")
     return GemmGroupSpec(members)
 
 
 def linear_group(x: torch.Tensor, weights: tuple[torch.Tensor, ...],
-                 outs: tuple[torch.Tensor, ...] | None = None) -> tuple[torch.Tensor, ...]:
-    """y_i = x @ W_i^T in one launch, run eagerly. `outs` default to NaN-filled tensors."""
+                 outs: tuple[torch.Tensor, ...] | None = None, dtype: torch.dtype | None = None
+                 ) -> tuple[torch.Tensor, ...]:
+    """y_i = x @ W_i^T in one launch, run eagerly. `outs` default to NaN-filled tensors of `dtype` (default
+    x's)."""
     if outs is None:
-        outs = tuple(torch.full((x.shape[0], w.shape[0]), float("nan"), dtype=x.dtype, device=x.device)
-                     for w in weights)
+        outs = tuple(torch.full((x.shape[0], w.shape[0]), float("nan"), dtype=dtype or x.dtype,
+                                device=x.device) for w in weights)
     spec = gemm_group_spec(x, weights, outs)
     if x.shape[0] > 0:
         rows = eager.row_count(len(x), x.device)

@@ -18,7 +18,6 @@ from typing import Any
 
 import torch
 import torch.fx
-import torch.nn.functional as F
 
 from flidec.codegen import attention, conv, gdn, gemm, pointwise, saved_rows
 from flidec.codegen.gdn_out import gdn_out_kernel
@@ -120,7 +119,8 @@ def _live_rows(ctx: EmitContext, x: torch.Tensor) -> torch.Tensor:
     return ctx.table(name, (1,), torch.int32, f"live_rows(stream={stream},reads={reads})")
 
 
-def _gemm(ctx: EmitContext, out: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> list[KernelCall]:
+def _gemm(ctx: EmitContext, out: torch.Tensor, x: torch.Tensor, w: torch.Tensor,
+          dtype: torch.dtype | None = None) -> list[KernelCall]:
     spec = gemm.gemm_spec(x, w, out)
     t = spec.tiles
     return [KernelCall(spec.kernel(), spec.grid(x.shape[0]), (x, w, out, _live_rows(ctx, x)),
@@ -128,7 +128,7 @@ def _gemm(ctx: EmitContext, out: torch.Tensor, x: torch.Tensor, w: torch.Tensor)
 
 
 def _gemm_group(ctx: EmitContext, outs: tuple[torch.Tensor, ...], x: torch.Tensor,
-                weights: tuple[torch.Tensor, ...]) -> list[KernelCall]:
+                weights: tuple[torch.Tensor, ...], dtype: torch.dtype | None = None) -> list[KernelCall]:
     spec = gemm.gemm_group_spec(x, weights, outs)
     t = spec.tiles
     return [KernelCall(spec.kernel(), spec.grid(x.shape[0]),
@@ -188,8 +188,8 @@ def _attention(ctx: EmitContext, out: torch.Tensor, q: torch.Tensor, k: torch.Te
                                 spec.constexprs(), t.num_warps, t.num_stages)]
 
 
-def _conv(ctx: EmitContext, out: torch.Tensor, x: torch.Tensor, w: torch.Tensor, conv_prev: torch.Tensor
-          ) -> list[KernelCall]:
+def _conv(ctx: EmitContext, out: torch.Tensor, x: torch.Tensor, w: torch.Tensor, conv_prev: torch.Tensor,
+          dtype: torch.dtype | None = None) -> list[KernelCall]:
     spec = conv.conv_spec(x, w, out)
     taps = ctx.table("conv_taps", (ctx.bucket.rows, conv.CONV_TAPS), torch.int32, "conv_taps")
     t = spec.tiles
@@ -213,7 +213,8 @@ def _gdn_gated(ctx: EmitContext, out: torch.Tensor, q: torch.Tensor, k: torch.Te
 
 def _gdn_normed(ctx: EmitContext, out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 a: torch.Tensor, b: torch.Tensor, a_log: torch.Tensor, dt_bias: torch.Tensor, z: torch.Tensor,
-                weight: torch.Tensor, eps: float, segments: torch.Tensor) -> list[KernelCall]:
+                weight: torch.Tensor, eps: float, dtype: torch.dtype | None, segments: torch.Tensor
+                ) -> list[KernelCall]:
     return _gdn_calls(ctx, out, q, k, v, a, b, a_log, dt_bias, (z, weight, eps))
 
 
@@ -230,7 +231,8 @@ def _gdn_calls(ctx: EmitContext, out: torch.Tensor, q: torch.Tensor, k: torch.Te
     wrote."""
     b = ctx.bucket
     fused = a_log is not None  # g and beta are the raw projections a and b: the prep computes the gates
-    spec = gdn.gdn_spec(q, k, v, g, beta, out, fused, *(norm[:2] if norm else ()))
+    param_dtype = a_log.dtype if fused and a_log.dtype != g.dtype else None
+    spec = gdn.gdn_spec(q, k, v, g, beta, out, fused, *(norm[:2] if norm else (None, None)), param_dtype)
     per_level, chunks = b.segments, tables.max_chunks(b.rows, b.segments)
     capacity = f"per_level={per_level},slots={b.segments},chunks={chunks}"
     items = ctx.table("gdn_items", (b.depth * per_level, len(tables.ITEM_FIELDS)), torch.int32,
@@ -279,14 +281,17 @@ register_emitter(op_table.fork_gdn_gated, _gdn_gated, ())
 register_emitter(op_table.fork_gdn_normed, _gdn_normed, ())
 register_emitter(op_table.fork_attention_gated, _attention, (attention.fork_attention_kernel,))
 register_emitter(ops.rms_norm,
-                 _pw(lambda out, x, w, eps, rows: pointwise.emit_rms_norm(x, w, out, eps, rows)),
+                 _pw(lambda out, x, w, eps, dtype=None, rows=None:
+                     pointwise.emit_rms_norm(x, w, out, eps, rows)),
                  (pointwise.rms_norm_kernel,))
 register_emitter(op_table.rms_norm_f32, EMITTERS[OPS_BY_FN[ops.rms_norm]], ())
 register_emitter(op_table.add_rms_norm,
-                 _pw(lambda out, x, y, w, eps, rows: pointwise.emit_add_rms_norm(x, y, w, *out, eps, rows)),
+                 _pw(lambda out, x, y, w, eps, dtype=None, rows=None:
+                     pointwise.emit_add_rms_norm(x, y, w, *out, eps, rows)),
                  (pointwise.add_rms_norm_kernel,))
 register_emitter(ops.gated_rms_norm,
-                 _pw(lambda out, x, z, w, eps, rows: pointwise.emit_gated_rms_norm(x, z, w, out, eps, rows)),
+                 _pw(lambda out, x, z, w, eps, dtype=None, rows=None:
+                     pointwise.emit_gated_rms_norm(x, z, w, out, eps, rows)),
                  (pointwise.gated_rms_norm_kernel,))
 register_emitter(ops.rotary,
                  _pw(lambda out, x, pos, inv, rows: pointwise.emit_rotary(x, pos, inv, out, rows)),
@@ -296,8 +301,9 @@ register_emitter(operator.add,
                  (pointwise.binary_kernel,))
 register_emitter(op_table.silu_mul,
                  _pw(lambda out, a, b, rows: pointwise.emit_binary(pointwise.SILU_MUL, a, b, out, rows)), ())
-register_emitter(F.embedding,
-                 _pw(lambda out, idx, w, rows, **_: pointwise.emit_gather_rows(w, idx, out, rows)),
+register_emitter(ops.embed,
+                 _pw(lambda out, idx, w, dtype=None, rows=None:
+                     pointwise.emit_gather_rows(w, idx, out, rows)),
                  (pointwise.gather_rows_kernel,))
 register_emitter(op_table.gather_rows,
                  _pw(lambda out, x, idx, rows: pointwise.emit_gather_rows(x, idx, out, rows)), ())

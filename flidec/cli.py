@@ -190,6 +190,8 @@ def inspect_artifact(m: dict) -> str:
              f"  weights  sha256 {m['model']['weights_sha256'][:16]}  at {m['model']['weights']}",
              f"  tokenizer sha256 {m['model']['tokenizer_sha256'][:16]}",
              f"  files    {len(m['files'])}",
+             *([f"  activations {m['activations']} (GEMM operands bf16; flidec compile --activations)"]
+               if "activations" in m else []),
              "  buckets:"]
     for b in m["buckets"]:
         extra = (f"  arena {b['arena_bytes'] / 2**20:.1f} MiB, {b['launches']} launches"
@@ -229,8 +231,9 @@ def inspect_saved_states(directory: Path, m: dict) -> str:
     except (ArtifactError, OSError, ValueError) as e:
         lines.append(f"    bytes per point: unknown (the model config cannot be read: {e})")
         return "\n".join(lines)
+    windows = MODEL_DTYPES[m.get("activations", "fp32")]  # a cpu artifact's executor runs fp32 activations
     for name in ("bf16", "fp32"):
-        layout = PointLayout.of(cfg, MODEL_DTYPES[name])
+        layout = PointLayout.of(cfg, MODEL_DTYPES[name], windows)
         fixed, per = layout.nbytes(0), layout.nbytes(1) - layout.nbytes(0)
         lines.append(f"    a point in {name}: {fixed / 2**20:.2f} MiB (GDN states and conv windows, "
                      f"{layout.gdn_layers} layers) + {per / 1024:.1f} KiB a position (keys and values of "
@@ -260,6 +263,10 @@ def add_compile(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--time-passes", action="store_true", help="print each pass's and build stage's time to "
                    "stderr")
     p.add_argument("--kernel-cache", metavar="DIR", help="reuse compiled kernels from DIR (and add to it)")
+    p.add_argument("--activations", choices=["fp32", "bf16"], default="fp32",
+                   help="sm_90: the dtype of the residual stream, the output projections and the Gated "
+                   "DeltaNet's inputs and outputs; the GEMMs' operands are bf16 either way (default fp32: "
+                   "closest to the float32 model, docs/DESIGN.md E4)")
     p.set_defaults(run=run_compile)
 
 
@@ -276,7 +283,8 @@ def run_compile(args: argparse.Namespace) -> int:
         report = compile_artifact(args.spec, model, args.target, args.out, tree=args.tree,
                                   bundle_weights=args.bundle_weights, dump_after=after,
                                   disabled=args.disable_pass, time_passes=args.time_passes,
-                                  kernel_cache=Path(args.kernel_cache) if args.kernel_cache else None)
+                                  kernel_cache=Path(args.kernel_cache) if args.kernel_cache else None,
+                                  activations=args.activations)
     except SpecError as e:
         print(e.render(), file=sys.stderr)
         return 1

@@ -43,6 +43,9 @@ PIPELINES = TREE_PIPELINE + GRAPH_PIPELINE + BUILD_PIPELINE
 
 TARGETS = ("sm_90", "cpu")
 GPU_DTYPE = torch.bfloat16
+# --activations: the residual stream's, the output projections' and the Gated DeltaNet's inputs' and outputs'
+# dtype on a GPU target (E4); the GEMMs' operands are GPU_DTYPE whichever
+ACTIVATIONS = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 @dataclass(frozen=True)
@@ -58,10 +61,13 @@ class CompileReport:
 def compile_artifact(spec_path: str | Path, model: str | Path, target: str, out: str | Path, *,
                      tree: str | None = None, bundle_weights: bool = False,
                      dump_after: Sequence[str] = (), disabled: Sequence[str] = (), time_passes: bool = False,
-                     kernel_cache: Path | None = None, log: TextIO | None = None) -> CompileReport:
+                     kernel_cache: Path | None = None, log: TextIO | None = None,
+                     activations: str = "fp32") -> CompileReport:
     start = time.perf_counter()
     if target not in TARGETS:
         raise FlideError(f"unknown target {target!r} (supported: {', '.join(TARGETS)})")
+    if activations not in ACTIVATIONS:
+        raise FlideError(f"--activations {activations}: not one of {', '.join(ACTIVATIONS)}")
     dump, skip = set(dump_after), set(disabled)
     for flag, names in (("--dump-ir after=", dump), ("--disable-pass ", skip)):
         unknown = names - set(PIPELINES)
@@ -76,7 +82,7 @@ def compile_artifact(spec_path: str | Path, model: str | Path, target: str, out:
     staging = _staging_dir(out)  # before any expensive work: OUT must be new or empty, its parent writable
     try:
         report = _compile_into(staging, spec_path, model, target, tree, bundle_weights, dump, skip,
-                               time_passes, kernel_cache, log)
+                               time_passes, kernel_cache, log, activations)
         try:
             os.replace(staging, out)  # onto an absent or empty OUT (POSIX rename of a directory)
         except OSError as e:
@@ -106,14 +112,15 @@ def _staging_dir(out: Path) -> Path:
 
 def _compile_into(out: Path, spec_path: str | Path, model: str | Path, target: str, tree: str | None,
                   bundle_weights: bool, dump: set[str], skip: set[str], time_passes: bool,
-                  kernel_cache: Path | None, log: TextIO | None) -> CompileReport:
+                  kernel_cache: Path | None, log: TextIO | None, activations: str) -> CompileReport:
     """The compile itself, writing the artifact into `out` (an empty directory)."""
     spec, source = load_spec(spec_path)
     spec = _only(spec, tree)
     model_dir = resolve_model(str(model))
     ctx = CompileContext(fmt=make_format(spec.format, load_tokenizer(model_dir)), target=target,
                          kernel_cache=kernel_cache, spec=spec, spec_source=source.encode(),
-                         model_dir=model_dir, bundle_weights=bundle_weights, out=out)
+                         model_dir=model_dir, bundle_weights=bundle_weights, out=out,
+                         activations=activations if target != "cpu" else None)
     to = log or sys.stderr  # sys.stderr as it is now (a test may have replaced it)
     timings: list[Timing] = []
 
@@ -127,7 +134,8 @@ def _compile_into(out: Path, spec_path: str | Path, model: str | Path, target: s
 
     program = run_pipeline(spec, TREE_PIPELINE, ctx, "tree")
     if target != "cpu":
-        traced = torch.fx.symbolic_trace(Qwen35(TextConfig.from_dir(model_dir), GPU_DTYPE))
+        traced = torch.fx.symbolic_trace(Qwen35(TextConfig.from_dir(model_dir), GPU_DTYPE,
+                                                ACTIVATIONS[activations]))
         ctx = dataclasses.replace(ctx, graph=run_pipeline(traced, GRAPH_PIPELINE, ctx, "fx"))
     written = run_pipeline(program, BUILD_PIPELINE, ctx, "program")  # a codegen/levels.Artifact
     if time_passes:

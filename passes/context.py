@@ -42,3 +42,4 @@ class CompileContext:
     model_dir: Path | None = None
     bundle_weights: bool = False
     out: Path | None = None
+    activations: str | None = None  # a GPU target's --activations (flidec/compile.py ACTIVATIONS)

@@ -26,10 +26,10 @@ MAX_GROUP = 4  # the members codegen/gemm.gemm_group_kernel takes
 
 @register("group_linears", level_in="fx", level_out="fx")
 def group_linears(gm: torch.fx.GraphModule, ctx: CompileContext | None = None) -> torch.fx.GraphModule:
-    """First `_fuse_silu_mul` everywhere, then every other set of two or more `linear(x, W)` nodes with the
-    same x (a node) and parameter weights of one dtype and inner size -> in graph order, at most MAX_GROUP at
-    a time, `linear_group(x, (W0, W1, ...))` and a `getitem` per member, each member keeping its own output
-    tensor (codegen/gemm.gemm_group_kernel)."""
+    """First `_fuse_silu_mul` everywhere, then every other set of two or more `linear(x, W[, dtype])` nodes
+    with the same x (a node), parameter weights of one dtype and inner size and one result dtype -> in graph
+    order, at most MAX_GROUP at a time, `linear_group(x, (W0, W1, ...), dtype)` and a `getitem` per member,
+    each member keeping its own output tensor (codegen/gemm.gemm_group_kernel)."""
     if not is_lowered(gm):
         raise FlideError("group_linears needs a lowered graph (run lower_forks first)")
     gm = copy_module(gm)
@@ -37,15 +37,20 @@ def group_linears(gm: torch.fx.GraphModule, ctx: CompileContext | None = None) -
     params = dict(gm.named_parameters())
     for n in list(g.nodes):
         _fuse_silu_mul(g, n, params)
-    by_input: dict[tuple[torch.fx.Node, torch.dtype, int], list[torch.fx.Node]] = {}
+    by_input: dict[tuple[torch.fx.Node, torch.dtype, int, torch.dtype | None], list[torch.fx.Node]] = {}
     for n in g.nodes:
         if (p := _projection(n, params)) is not None:
-            by_input.setdefault((n.args[0], p.dtype, p.shape[1]), []).append(n)
+            by_input.setdefault((n.args[0], p.dtype, p.shape[1], _out_dtype(n)), []).append(n)
     for members in by_input.values():
         for i in range(0, len(members), MAX_GROUP):
             if len(part := members[i : i + MAX_GROUP]) > 1:
                 _group(g, part)
     return finish(gm)
+
+
+def _out_dtype(n: torch.fx.Node) -> torch.dtype | None:
+    """The dtype `linear(x, W, dtype)` asks for (None: x's)."""
+    return n.args[2] if len(n.args) > 2 else n.kwargs.get("dtype")
 
 
 def _projection(n: object, params: dict[str, torch.Tensor]) -> torch.Tensor | None:
@@ -65,7 +70,8 @@ def _fuse_silu_mul(g: torch.fx.Graph, n: torch.fx.Node, params: dict[str, torch.
         return
     gate, up = n.args
     pg, pu = _projection(gate, params), _projection(up, params)
-    if pg is None or pu is None or len(gate.users) != 1 or len(up.users) != 1:
+    if pg is None or pu is None or len(gate.users) != 1 or len(up.users) != 1 or len(gate.args) != 2 \
+            or len(up.args) != 2:  # the fused epilogue writes the model dtype: projections without a dtype
         return
     (x, w_gate), (x_up, w_up) = gate.args, up.args
     if x is not x_up or pg.shape != pu.shape or pg.dtype != pu.dtype or pg.stride() != pu.stride():
@@ -84,7 +90,7 @@ def _group(g: torch.fx.Graph, members: list[torch.fx.Node]) -> None:
     for w in weights:
         first.prepend(w)
     with g.inserting_before(first):
-        group = g.call_function(linear_group, (first.args[0], weights))
+        group = g.call_function(linear_group, (first.args[0], weights, _out_dtype(first)))
     for k, m in enumerate(members):
         with g.inserting_before(m):
             m.replace_all_uses_with(g.call_function(operator.getitem, (group, k)))

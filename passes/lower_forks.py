@@ -1,11 +1,11 @@
 """Fork lowering: the fork ops read the bucket's static meta buffers by name instead of the StreamMeta object.
 
-Consumes a model graph taking `(tokens, meta)` (after label_head, so nothing reads a meta field other than
-the buffers below); produces one taking `(tables)`: `tables[name]` for each static buffer of
+Consumes a model graph taking `(tokens, meta)` (after label_head, so nothing reads a meta field other than the
+buffers below); produces one taking `(tables)`: `tables[name]` for each static buffer of
 runtime/tables.meta_buffers (tokens, positions, conv_prev, segments, read_rows, read_labels, read_nlabels),
-one node per buffer, read by `fork_conv_static(x, w, conv_prev)`, `fork_attention_static(q, k, v, segments)`
-and `fork_gdn_static(..., segments)`. Those buffer names are what the recording turns into arena offsets
-and the binder fills before each replay. Numerics unchanged (the static ops' bodies call the reference
+one node per buffer, read by `fork_conv_static(x, w, conv_prev, dtype)`, `fork_attention_static(q, k, v,
+segments)` and `fork_gdn_static(..., segments)`. Those buffer names are what the recording turns into arena
+offsets and the binder fills before each replay. Numerics unchanged (the static ops' bodies call the reference
 ops on the same structure): answers are torch.equal, on the bucket-padded stream.
 """
 
@@ -55,11 +55,11 @@ def lower_forks(gm: torch.fx.GraphModule, ctx: CompileContext | None = None) -> 
             user.replace_all_uses_with(buffer(user.args[1]))
         elif name in LOWERED:
             fn, field = LOWERED[name]
-            if user.kwargs or user.args[-1] is not meta:
-                raise FlideError(f"%{user.name}: {name} must take the meta object as its last positional "
+            if user.kwargs or sum(a is meta for a in user.args) != 1:
+                raise FlideError(f"%{user.name}: {name} must take the meta object as one positional "
                                  "argument")
             with g.inserting_before(user):
-                new = g.call_function(fn, (*user.args[:-1], buffer(field)))
+                new = g.call_function(fn, tuple(buffer(field) if a is meta else a for a in user.args))
             user.replace_all_uses_with(new)
         else:
             raise FlideError(f"%{user.name}: {name or user.op} reads the meta object and has no lowering "

@@ -89,7 +89,7 @@ class ReferenceEngine:
         module = Qwen35.from_pretrained(model_dir, dtype).to(device)
         self.executor = ReferenceExecutor(torch.fx.symbolic_trace(module))
         self.device = device
-        self.layout = PointLayout.of(module.cfg, dtype)
+        self.layout = PointLayout.of(module.cfg, dtype, module.act)
         self.name = f"reference:{str(dtype).removeprefix('torch.')}"
 
     def submit(self, tree: str, bucket: Bucket | None, stream: Stream, held: Sequence[SavedPoint] = ()

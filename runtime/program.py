@@ -367,5 +367,8 @@ def _graph_engine(directory: Path, manifest: Mapping[str, Any], model_dir: Path,
         from flidec.runtime.launch import CudaLauncher
 
         launcher = CudaLauncher()
-    layout = PointLayout.of(TextConfig.from_dir(model_dir), weight_dtype)  # activations: the weights' dtype
+    windows = {b.torch_dtype for p in plans.values() for b in p.buffers if b.name.endswith(".window")}
+    if len(windows) > 1:
+        raise ArtifactError(f"{directory}: the recordings hold conv windows of several dtypes")
+    layout = PointLayout.of(TextConfig.from_dir(model_dir), weight_dtype, next(iter(windows), None))
     return GraphEngine(plans, kernels, weights, device, launcher, graphs, layout)

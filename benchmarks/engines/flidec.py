@@ -26,13 +26,15 @@ import torch
 from benchmarks.engines.base import Logits, free_device_memory
 from benchmarks.work import Work
 
-_BUILT: dict[tuple[Path, Path, str], tuple[Path, float]] = {}  # (model, spec, target) -> (artifact, seconds)
+# (model, spec, target, activations) -> (artifact, seconds)
+_BUILT: dict[tuple[Path, Path, str, str], tuple[Path, float]] = {}
 
 
 class FlidecCompiled:
-    def __init__(self, solo: bool = False, scratch: Path | None = None):
-        self.solo = solo
-        self.name = "flidec-solo" if solo else "flidec"
+    def __init__(self, solo: bool = False, scratch: Path | None = None, activations: str = "fp32"):
+        self.solo, self.activations = solo, activations
+        suffix = "" if activations == "fp32" else f"-{activations}"
+        self.name = ("flidec-solo" if solo else "flidec") + suffix
         self.computes = "solo" if solo else "tree"
         self.scratch = scratch or Path(tempfile.gettempdir()) / "flidec-bench"
         self.artifacts: dict[Path, Path] = {}  # spec -> artifact directory
@@ -49,14 +51,15 @@ class FlidecCompiled:
             target = f"sm_{major}{minor}"
         self.scratch.mkdir(parents=True, exist_ok=True)
         for spec in sorted({w.source.spec for w in works}):
-            key = (model_dir.resolve(), spec.resolve(), target)
+            key = (model_dir.resolve(), spec.resolve(), target, self.activations)
             if key not in _BUILT:  # flidec and flidec-solo in one run share their artifacts
                 out = Path(tempfile.mkdtemp(prefix=f"{spec.stem}-", dir=self.scratch)) / "artifact"
                 t0 = time.perf_counter()
-                compile_artifact(spec, model_dir, target, out, kernel_cache=self.scratch / "kernels")
+                compile_artifact(spec, model_dir, target, out, kernel_cache=self.scratch / "kernels",
+                                 activations=self.activations)
                 _BUILT[key] = (out, round(time.perf_counter() - t0, 1))
             self.artifacts[spec], self.compile_s[spec.name] = _BUILT[key]
-        return {"target": target, "compile_s": self.compile_s}
+        return {"target": target, "activations": self.activations, "compile_s": self.compile_s}
 
     def load(self, model_dir: Path, device: str) -> dict:
         from flidec.runtime.program import load

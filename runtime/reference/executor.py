@@ -103,7 +103,7 @@ class ReferenceExecutor(torch.fx.Interpreter):
         return impl(q, k, v, run.meta, *rest, **kwargs)
 
     def _fork_conv(self, impl, run: _Run, args, kwargs):
-        x, weight, _meta = args
+        x, weight, _meta, *rest = args
         i = run.calls["fork_conv"]
         run.calls["fork_conv"] += 1
         live, meta = x.shape[0], run.meta
@@ -112,7 +112,7 @@ class ReferenceExecutor(torch.fx.Interpreter):
             assert bool((rows < live).all()), "a captured conv window lies in computed rows"
             c.windows.append(x[rows].clone())
         if not run.held:
-            return impl(x, weight, replace(meta, conv_prev=meta.conv_prev[:live]), **kwargs)
+            return impl(x, weight, replace(meta, conv_prev=meta.conv_prev[:live]), *rest, **kwargs)
         # each stored segment's rows are read only through its window (its last CONV_TAPS - 1 rows): they
         # come after the computed rows, a window each, in meta.stored order
         before = meta.conv_prev[:live]
@@ -125,7 +125,7 @@ class ReferenceExecutor(torch.fx.Interpreter):
             prev = torch.where(inside, before - (last - n) + live + j * n, prev)
         x = torch.cat([x, *(p.windows[i].to(x.device) for p in run.held)])
         prev = torch.cat([prev, prev.new_full((n * len(run.held), n), -1)])
-        return impl(x, weight, replace(meta, conv_prev=prev), **kwargs)[:live]
+        return impl(x, weight, replace(meta, conv_prev=prev), *rest, **kwargs)[:live]
 
     def _fork_gdn(self, impl, run: _Run, args, kwargs):
         q, k, v, g, beta, _meta = args

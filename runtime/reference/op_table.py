@@ -58,9 +58,10 @@ def _segments_meta(table: tuple[tuple[int, ...], ...], rows: int) -> StreamMeta:
     return build_meta(segs, (), rows)
 
 
-def fork_conv_static(x: torch.Tensor, weight: torch.Tensor, conv_prev: torch.Tensor) -> torch.Tensor:
+def fork_conv_static(x: torch.Tensor, weight: torch.Tensor, conv_prev: torch.Tensor,
+                     dtype: torch.dtype | None = None) -> torch.Tensor:
     """ops.fork_conv reading its predecessor table from a static buffer (the only meta it reads)."""
-    return ops.fork_conv(x, weight, SimpleNamespace(conv_prev=conv_prev))
+    return ops.fork_conv(x, weight, SimpleNamespace(conv_prev=conv_prev), dtype)
 
 
 def fork_attention_static(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, segments: torch.Tensor
@@ -89,10 +90,11 @@ def fork_gdn_gated(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch.T
 
 def fork_gdn_normed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
                     a_log: torch.Tensor, dt_bias: torch.Tensor, z: torch.Tensor, weight: torch.Tensor,
-                    eps: float, segments: torch.Tensor) -> torch.Tensor:
-    """fork_gdn_gated followed by the layer's gated RMS norm with z [T, Hv, Dv]: the norm applied by the
-    Gated DeltaNet's output kernel instead of a launch of its own."""
-    return ops.gated_rms_norm(fork_gdn_gated(q, k, v, a, b, a_log, dt_bias, segments), z, weight, eps)
+                    eps: float, dtype: torch.dtype | None, segments: torch.Tensor) -> torch.Tensor:
+    """fork_gdn_gated followed by the layer's gated RMS norm with z [T, Hv, Dv], its result in `dtype`
+    (None: q's): the norm applied by the Gated DeltaNet's output kernel instead of a launch of its own."""
+    o = fork_gdn_gated(q, k, v, a, b, a_log, dt_bias, segments)
+    return ops.gated_rms_norm(o, z, weight, eps, dtype)
 
 
 def gather_rows(x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
@@ -108,9 +110,11 @@ def label_head(hidden: torch.Tensor, weight: torch.Tensor, read_labels: torch.Te
                                                             read_nlabels=read_nlabels))
 
 
-def linear_group(x: torch.Tensor, weights: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
-    """x @ W^T for each W of `weights` (projections of one input): one launch, each output its own tensor."""
-    return tuple(ops.linear(x, w) for w in weights)
+def linear_group(x: torch.Tensor, weights: tuple[torch.Tensor, ...], dtype: torch.dtype | None = None
+                 ) -> tuple[torch.Tensor, ...]:
+    """x @ W^T for each W of `weights` (projections of one input), each in `dtype` (default x's): one
+    launch, each output its own tensor."""
+    return tuple(ops.linear(x, w, dtype) for w in weights)
 
 
 def silu_mul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -122,11 +126,11 @@ def linear_silu_mul(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -
     return silu_mul(ops.linear(x, w_gate), ops.linear(x, w_up))
 
 
-def add_rms_norm(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor, eps: float
-                 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The residual add and the norm of its sum: (x + y, rms_norm(x + y))."""
+def add_rms_norm(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor, eps: float,
+                 dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The residual add and the norm of its sum: (x + y, rms_norm(x + y) in `dtype`, default the sum's)."""
     s = x + y
-    return s, ops.rms_norm(s, weight, eps)
+    return s, ops.rms_norm(s, weight, eps, dtype)
 
 
 def rms_norm_f32(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -147,9 +151,11 @@ F32 = torch.float32
 GEMM, POINTWISE = "codegen/gemm.py", "codegen/pointwise.py"
 LOWER_FORKS = "passes/lower_forks.py"
 OPS: tuple[Op, ...] = (
-    Op(ops.linear, MODEL, lambda x, w: meta_like(x, shape=(x.shape[0], w.shape[0])), GEMM),
-    Op(ops.rms_norm, MODEL, lambda x, w, eps: meta_like(x), POINTWISE),
-    Op(ops.gated_rms_norm, MODEL, lambda x, z, w, eps: meta_like(x), POINTWISE),
+    Op(ops.embed, MODEL, lambda ids, w, dtype=None: meta_like(w, dtype, (ids.shape[0], w.shape[1])),
+       POINTWISE),
+    Op(ops.linear, MODEL, lambda x, w, dtype=None: meta_like(x, dtype, (x.shape[0], w.shape[0])), GEMM),
+    Op(ops.rms_norm, MODEL, lambda x, w, eps, dtype=None: meta_like(x, dtype), POINTWISE),
+    Op(ops.gated_rms_norm, MODEL, lambda x, z, w, eps, dtype=None: meta_like(x, dtype), POINTWISE),
     Op(ops.gdn_decay, MODEL, lambda a, *_: meta_like(a, F32), POINTWISE),
     Op(ops.gdn_beta, MODEL, lambda b: meta_like(b, F32), POINTWISE),
     Op(ops.rotary, MODEL, lambda x, pos, inv: meta_like(x), POINTWISE),
@@ -157,7 +163,7 @@ OPS: tuple[Op, ...] = (
     Op(ops.fork_attention, MODEL, None, LOWER_FORKS, reads_meta=True),
     Op(ops.fork_gdn, MODEL, None, LOWER_FORKS, reads_meta=True),
     Op(ops.label_logits, MODEL, None, "passes/label_head.py", reads_meta=True),
-    Op(fork_conv_static, GRAPH, lambda x, w, prev: meta_like(x), "codegen/conv.py"),
+    Op(fork_conv_static, GRAPH, lambda x, w, prev, dtype=None: meta_like(x, dtype), "codegen/conv.py"),
     Op(fork_attention_static, GRAPH, lambda q, k, v, s: meta_like(q), "passes/fuse_pointwise.py"),
     Op(fork_attention_gated, GRAPH,
        lambda q, k, v, gate, s: meta_like(q, shape=(q.shape[0], q.shape[1] * q.shape[2])),
@@ -165,19 +171,19 @@ OPS: tuple[Op, ...] = (
     Op(fork_gdn_static, GRAPH, lambda q, k, v, g, beta, s: meta_like(v, q.dtype), "codegen/gdn.py"),
     Op(fork_gdn_gated, GRAPH, lambda q, k, v, a, b, a_log, dt_bias, s: meta_like(v, q.dtype),
        "codegen/gdn.py"),
-    Op(fork_gdn_normed, GRAPH, lambda q, k, v, a, b, a_log, dt_bias, z, w, eps, s: meta_like(v, q.dtype),
+    Op(fork_gdn_normed, GRAPH,
+       lambda q, k, v, a, b, a_log, dt_bias, z, w, eps, dtype, s: meta_like(v, dtype or q.dtype),
        "codegen/gdn.py"),
     Op(gather_rows, GRAPH, lambda x, rows: meta_like(x, shape=(rows.shape[0], *x.shape[1:])), POINTWISE),
     Op(label_head, GRAPH, lambda h, w, labels, n: meta_like(h, F32, tuple(labels.shape)), POINTWISE),
-    Op(linear_group, GRAPH, lambda x, ws: tuple(meta_like(x, shape=(x.shape[0], w.shape[0])) for w in ws),
-       GEMM),
+    Op(linear_group, GRAPH,
+       lambda x, ws, dtype=None: tuple(meta_like(x, dtype, (x.shape[0], w.shape[0])) for w in ws), GEMM),
     Op(linear_silu_mul, GRAPH, lambda x, wg, wu: meta_like(x, shape=(x.shape[0], wg.shape[0])), GEMM),
     Op(silu_mul, GRAPH, lambda a, b: meta_like(a), POINTWISE),
-    Op(add_rms_norm, GRAPH, lambda x, y, w, eps: (meta_like(x), meta_like(x)), POINTWISE),
+    Op(add_rms_norm, GRAPH, lambda x, y, w, eps, dtype=None: (meta_like(x), meta_like(x, dtype)), POINTWISE),
     Op(rms_norm_f32, GRAPH, lambda x, w, eps: meta_like(x, F32), POINTWISE),
     # plain torch calls of the traced model: meta tensors shape them, the recorder still emits a kernel
     Op(operator.add, TORCH, None, POINTWISE),
-    Op(F.embedding, TORCH, None, POINTWISE),
 )
 BY_NAME: dict[str, Op] = {op.name: op for op in OPS}
 BY_FN: dict[Callable[..., Any], Op] = {op.fn: op for op in OPS}

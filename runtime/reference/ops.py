@@ -44,32 +44,46 @@ def _by_row_tiles(fn: Callable[..., torch.Tensor], *xs: torch.Tensor) -> torch.T
     return torch.cat(tiles)[:rows]
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """x [T, K] @ weight[N, K]^T -> [T, N], one fixed-shape F.linear per row tile (no bias: Qwen3.5 has
-    none)."""
-    return _by_row_tiles(lambda t: F.linear(t, weight), x)
+def embed(ids: torch.Tensor, weight: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """The embedding rows of ids [T] -> [T, H] in `dtype` (default the weight's): a gather, exact."""
+    return F.embedding(ids, weight).to(dtype or weight.dtype)
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """Qwen3.5's zero-centred RMSNorm over the last dim: fp32 x * rsqrt(mean(x^2) + eps) * (1 + w), cast
-    back."""
+def linear(x: torch.Tensor, weight: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """x [T, K] @ weight[N, K]^T -> [T, N] in `dtype` (default x's), one fixed-shape F.linear per row tile
+    (no bias: Qwen3.5 has none). An fp32 result of bf16 operands is the fp32 accumulator unrounded: the
+    products of 16-bit values are exact in fp32, as on the tensor cores."""
+    if dtype is None or dtype == x.dtype:
+        return _by_row_tiles(lambda t: F.linear(t, weight), x)
+    w = weight.to(dtype)
+    return _by_row_tiles(lambda t: F.linear(t.to(dtype), w), x)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, dtype: torch.dtype | None = None
+             ) -> torch.Tensor:
+    """Qwen3.5's zero-centred RMSNorm over the last dim: fp32 x * rsqrt(mean(x^2) + eps) * (1 + w), rounded
+    once to `dtype` (default x's: an fp32 residual stream's norm feeds a GEMM in the weights' dtype)."""
+    out = dtype or x.dtype
 
     def tile(t: torch.Tensor) -> torch.Tensor:
         h = t.float()
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
-        return (h * (1.0 + weight.float())).to(t.dtype)
+        return (h * (1.0 + weight.float())).to(out)
 
     return _by_row_tiles(tile, x)
 
 
-def gated_rms_norm(x: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """Qwen3_5RMSNormGated: plain (not zero-centred) weight, applied in x's dtype, then * silu(z) in fp32."""
+def gated_rms_norm(x: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, eps: float,
+                   dtype: torch.dtype | None = None) -> torch.Tensor:
+    """Qwen3_5RMSNormGated: plain (not zero-centred) weight, applied in x's dtype, then * silu(z) in fp32,
+    rounded to `dtype` (default x's). An fp32 x is not rounded before the weight."""
+    out = dtype or x.dtype
 
     def tile(t: torch.Tensor, zt: torch.Tensor) -> torch.Tensor:
         h = t.float()
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
         h = weight * h.to(t.dtype)  # transformers rounds to the input dtype before the weight
-        return (h * F.silu(zt.float())).to(t.dtype)
+        return (h * F.silu(zt.float())).to(out)
 
     return _by_row_tiles(tile, x, z)
 
@@ -104,8 +118,10 @@ def rotary(x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor) -> 
     return _by_row_tiles(tile, x, positions)
 
 
-def fork_conv(x: torch.Tensor, weight: torch.Tensor, meta: StreamMeta) -> torch.Tensor:
-    """Depthwise causal conv over each row's path, then SiLU: x [T, C], weight [C, CONV_TAPS] -> [T, C].
+def fork_conv(x: torch.Tensor, weight: torch.Tensor, meta: StreamMeta, dtype: torch.dtype | None = None
+              ) -> torch.Tensor:
+    """Depthwise causal conv over each row's path, then SiLU: x [T, C], weight [C, CONV_TAPS] -> [T, C] in
+    `dtype` (default x's).
 
     Row r reads its CONV_TAPS - 1 predecessors on its path by index (meta.conv_prev; -1 reads zeros), so a
     branch's first rows read its parent's last rows. Taps are summed oldest first in fp32.
@@ -120,7 +136,7 @@ def fork_conv(x: torch.Tensor, weight: torch.Tensor, meta: StreamMeta) -> torch.
     acc = window[0] * w[:, 0]
     for j in range(1, CONV_TAPS):
         acc = acc + window[j] * w[:, j]
-    return _by_row_tiles(lambda t: F.silu(t).to(x.dtype), acc)
+    return _by_row_tiles(lambda t: F.silu(t).to(dtype or x.dtype), acc)
 
 
 def path_rows(meta: StreamMeta, seg: int) -> torch.Tensor:

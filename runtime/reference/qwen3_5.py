@@ -24,6 +24,7 @@ from flidec.models.weights import expected_shapes, load_weights
 from flidec.runtime.meta import StreamMeta
 from flidec.runtime.reference.op_table import MODEL_OPS
 from flidec.runtime.reference.ops import (
+    embed,
     fork_attention,
     fork_conv,
     fork_gdn,
@@ -51,9 +52,10 @@ class Weight(nn.Module):
 
 
 class Attention(nn.Module):
-    def __init__(self, cfg: TextConfig, dtype: torch.dtype):
+    def __init__(self, cfg: TextConfig, dtype: torch.dtype, activations: torch.dtype):
         super().__init__()
         h, d = cfg.hidden_size, cfg.head_dim
+        self.act = activations
         self.heads, self.kv_heads, self.head_dim = cfg.num_heads, cfg.num_kv_heads, d
         self.eps = cfg.rms_norm_eps
         self.q_proj = Weight(2 * cfg.num_heads * d, h, dtype=dtype)  # per head: query, then output gate
@@ -77,12 +79,13 @@ class Attention(nn.Module):
         k = rotary(k, meta.positions, self.inv_freq)
         o = fork_attention(q, k, v, meta)
         o = o.reshape(-1, self.heads * d) * torch.sigmoid(gate)
-        return linear(o, self.o_proj.weight)
+        return linear(o, self.o_proj.weight, self.act)
 
 
 class GatedDeltaNet(nn.Module):
-    def __init__(self, cfg: TextConfig, dtype: torch.dtype):
+    def __init__(self, cfg: TextConfig, dtype: torch.dtype, activations: torch.dtype):
         super().__init__()
+        self.dtype, self.act = dtype, activations
         h, hv = cfg.hidden_size, cfg.linear_num_value_heads
         self.key_dim, self.value_dim = cfg.linear_key_dim, cfg.linear_value_dim
         self.k_heads, self.k_dim = cfg.linear_num_key_heads, cfg.linear_key_head_dim
@@ -100,65 +103,74 @@ class GatedDeltaNet(nn.Module):
         self.out_proj = Weight(h, self.value_dim, dtype=dtype)
 
     def forward(self, x: torch.Tensor, meta: StreamMeta) -> torch.Tensor:
-        qkv = fork_conv(linear(x, self.in_proj_qkv.weight), self.conv1d.weight[:, 0], meta)
+        # the input projections (one launch) in the activations' dtype, so q, k, v, z and the gates meet
+        # the conv and the Gated DeltaNet unrounded
+        qkv = linear(x, self.in_proj_qkv.weight, self.act)
+        qkv = fork_conv(qkv, self.conv1d.weight[:, 0], meta, self.act)
         q = qkv[:, : self.key_dim].reshape(-1, self.k_heads, self.k_dim)
         k = qkv[:, self.key_dim : 2 * self.key_dim].reshape(-1, self.k_heads, self.k_dim)
         v = qkv[:, 2 * self.key_dim :].reshape(-1, self.v_heads, self.v_dim)
-        g = gdn_decay(linear(x, self.in_proj_a.weight), self.A_log, self.dt_bias)
-        beta = gdn_beta(linear(x, self.in_proj_b.weight))
+        g = gdn_decay(linear(x, self.in_proj_a.weight, self.act), self.A_log, self.dt_bias)
+        beta = gdn_beta(linear(x, self.in_proj_b.weight, self.act))
         o = fork_gdn(q, k, v, g, beta, meta)
-        z = linear(x, self.in_proj_z.weight).view(-1, self.v_heads, self.v_dim)
-        o = gated_rms_norm(o, z, self.norm.weight, self.eps)
-        return linear(o.reshape(-1, self.value_dim), self.out_proj.weight)
+        z = linear(x, self.in_proj_z.weight, self.act).view(-1, self.v_heads, self.v_dim)
+        o = gated_rms_norm(o, z, self.norm.weight, self.eps, self.dtype)
+        return linear(o.reshape(-1, self.value_dim), self.out_proj.weight, self.act)
 
 
 class MLP(nn.Module):
-    def __init__(self, cfg: TextConfig, dtype: torch.dtype):
+    def __init__(self, cfg: TextConfig, dtype: torch.dtype, activations: torch.dtype):
         super().__init__()
+        self.act = activations
         self.gate_proj = Weight(cfg.intermediate_size, cfg.hidden_size, dtype=dtype)
         self.up_proj = Weight(cfg.intermediate_size, cfg.hidden_size, dtype=dtype)
         self.down_proj = Weight(cfg.hidden_size, cfg.intermediate_size, dtype=dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         act = F.silu(linear(x, self.gate_proj.weight)) * linear(x, self.up_proj.weight)
-        return linear(act, self.down_proj.weight)
+        return linear(act, self.down_proj.weight, self.act)
 
 
 class Layer(nn.Module):
-    def __init__(self, cfg: TextConfig, kind: str, dtype: torch.dtype):
+    def __init__(self, cfg: TextConfig, kind: str, dtype: torch.dtype, activations: torch.dtype):
         super().__init__()
-        self.kind, self.eps = kind, cfg.rms_norm_eps
+        self.kind, self.eps, self.dtype = kind, cfg.rms_norm_eps, dtype
         self.input_layernorm = Weight(cfg.hidden_size, dtype=dtype)
         self.post_attention_layernorm = Weight(cfg.hidden_size, dtype=dtype)
         if kind == LINEAR:
-            self.linear_attn = GatedDeltaNet(cfg, dtype)
+            self.linear_attn = GatedDeltaNet(cfg, dtype, activations)
         else:
-            self.self_attn = Attention(cfg, dtype)
-        self.mlp = MLP(cfg, dtype)
+            self.self_attn = Attention(cfg, dtype, activations)
+        self.mlp = MLP(cfg, dtype, activations)
 
     def forward(self, x: torch.Tensor, meta: StreamMeta) -> torch.Tensor:
-        h = rms_norm(x, self.input_layernorm.weight, self.eps)
+        h = rms_norm(x, self.input_layernorm.weight, self.eps, self.dtype)
         mixer = self.linear_attn if self.kind == LINEAR else self.self_attn
         x = x + mixer(h, meta)
-        return x + self.mlp(rms_norm(x, self.post_attention_layernorm.weight, self.eps))
+        return x + self.mlp(rms_norm(x, self.post_attention_layernorm.weight, self.eps, self.dtype))
 
 
 class Qwen35(nn.Module):
-    """Parameters are zeros until `load_weights`; `from_pretrained` builds and loads in one go."""
+    """Parameters are zeros until `load_weights`; `from_pretrained` builds and loads in one go.
 
-    def __init__(self, cfg: TextConfig, dtype: torch.dtype = torch.float32):
+    `dtype` is the weights' and the GEMMs' operands'; `activations` (default fp32) the residual stream's, the
+    output projections' results and the Gated DeltaNet's inputs and outputs (E4: ACTIVATIONS)."""
+
+    def __init__(self, cfg: TextConfig, dtype: torch.dtype = torch.float32,
+                 activations: torch.dtype = torch.float32):
         super().__init__()
-        self.cfg = cfg
+        self.cfg, self.act = cfg, activations
         self.embed_tokens = Weight(cfg.vocab_size, cfg.hidden_size, dtype=dtype)
-        self.layers = nn.ModuleList(Layer(cfg, kind, dtype) for kind in cfg.layer_types)
+        self.layers = nn.ModuleList(Layer(cfg, kind, dtype, activations) for kind in cfg.layer_types)
         self.norm = Weight(cfg.hidden_size, dtype=dtype)
         self.lm_head = Weight(cfg.vocab_size, cfg.hidden_size, dtype=dtype)
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
 
     @classmethod
-    def from_pretrained(cls, model_dir: str | Path, dtype: torch.dtype = torch.bfloat16) -> Qwen35:
-        model = cls(TextConfig.from_dir(model_dir), dtype)
+    def from_pretrained(cls, model_dir: str | Path, dtype: torch.dtype = torch.bfloat16,
+                        activations: torch.dtype = torch.float32) -> Qwen35:
+        model = cls(TextConfig.from_dir(model_dir), dtype, activations)
         model.load_weights(load_weights(model_dir, dtype))
         return model
 
@@ -171,7 +183,7 @@ class Qwen35(nn.Module):
 
     def hidden_states(self, tokens: torch.Tensor, meta: StreamMeta) -> torch.Tensor:
         """Final-normed hidden state of every row, fp32 [T, H] (the final norm runs in fp32: E4)."""
-        x = F.embedding(tokens, self.embed_tokens.weight)
+        x = embed(tokens, self.embed_tokens.weight, self.act)
         for layer in self.layers:
             x = layer(x, meta)
         return rms_norm(x.float(), self.norm.weight, self.cfg.rms_norm_eps)

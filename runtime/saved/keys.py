@@ -19,7 +19,7 @@ import numpy as np
 from flidec.runtime.meta import CHUNK
 
 BLOCK = CHUNK  # positions per hashed block: saved points sit on its multiples
-FORMAT = 2  # the saved-point format: a checkpoint of another is refused
+FORMAT = 3  # the saved-point format: a checkpoint of another is refused
 
 
 def scope_of(manifest: Mapping[str, Any], engine: str) -> str:

@@ -35,14 +35,15 @@ class PointLayout:
     kv: tuple[int, int]  # (key/value heads, head dim): a position's keys in one attention layer
     state: tuple[int, int, int]  # (value heads, key head dim, value head dim), fp32
     window: tuple[int, int]  # (CONV_TAPS - 1, conv channels)
-    dtype: torch.dtype  # keys, values and windows: the engine's activations
+    dtype: torch.dtype  # keys and values: the weights' dtype, as the attention reads them
+    window_dtype: torch.dtype | None = None  # the conv windows': the activations' (None: dtype)
 
     @classmethod
-    def of(cls, cfg: TextConfig, dtype: torch.dtype) -> PointLayout:
+    def of(cls, cfg: TextConfig, dtype: torch.dtype, window_dtype: torch.dtype | None = None) -> PointLayout:
         gdn = sum(kind == LINEAR for kind in cfg.layer_types)
         return cls(len(cfg.layer_types) - gdn, gdn, (cfg.num_kv_heads, cfg.head_dim),
                    (cfg.linear_num_value_heads, cfg.linear_key_head_dim, cfg.linear_value_head_dim),
-                   (CONV_TAPS - 1, cfg.conv_dim), dtype)
+                   (CONV_TAPS - 1, cfg.conv_dim), dtype, None if window_dtype == dtype else window_dtype)
 
     def shapes(self, length: int) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
         """Every tensor of a point of `length` positions by its checkpoint name: (shape, dtype)."""
@@ -52,7 +53,7 @@ class PointLayout:
             out[f"attention.{i}.values"] = ((length, *self.kv), self.dtype)
         for i in range(self.gdn_layers):
             out[f"gdn.{i}.state"] = (self.state, torch.float32)
-            out[f"gdn.{i}.window"] = (self.window, self.dtype)
+            out[f"gdn.{i}.window"] = (self.window, self.window_dtype or self.dtype)
         return out
 
     def fixed_shapes(self, length: int) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:

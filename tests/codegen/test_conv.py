@@ -110,3 +110,28 @@ def test_fork_conv_refuses_unsupported_shapes() -> None:
         fork_conv(torch.zeros(2, 8), torch.zeros(8, 3), meta)
     with pytest.raises(ValueError, match="contiguous"):
         fork_conv(torch.zeros(8, 2).T, torch.zeros(8, 4), meta)
+
+
+def test_fork_conv_writes_fp32_of_bf16_inputs_unrounded(device) -> None:
+    """fp32 activations (E4): bf16 windows, fp32 out, within fp32's tolerance of the reference (which sums
+    and applies SiLU in fp32 and rounds only to the dtype asked for), and every path equals its plain
+    stream bit for bit (E3)."""
+    nodes = forest()
+    stream = pack_forest(nodes, list(reversed(range(len(nodes)))), gap=2)
+    table, weight = token_table(nodes, torch.bfloat16)
+    x = table[stream.tokens]
+    out = fork_conv(x.to(device), weight.to(device), stream.meta, dtype=torch.float32)
+    rows = stream.meta.segment_ids >= 0
+    assert out.dtype == torch.float32 and not out.cpu()[rows].isnan().any() and out.cpu()[~rows].isnan().all()
+    want = ops.fork_conv(torch.nan_to_num(x), weight, stream.meta, torch.float32)
+    assert want.dtype == torch.float32
+    atol, rtol = TOLERANCE[torch.float32]
+    torch.testing.assert_close(out.cpu()[rows], want[rows], atol=atol, rtol=rtol)
+    assert not torch.equal(out.cpu()[rows].to(torch.bfloat16).float(), out.cpu()[rows])
+    for node in range(len(nodes)):
+        plain = path_stream(nodes, node)
+        if not len(plain.tokens):
+            continue
+        alone = fork_conv(table[plain.tokens].to(device), weight.to(device), plain.meta, dtype=torch.float32)
+        s = stream.meta.segments[node]
+        assert torch.equal(out[s.start : s.start + s.length], alone[len(alone) - s.length :]), f"node {node}"

@@ -292,3 +292,49 @@ def test_chunk_work_matches_the_signatures(dk, dv) -> None:
     assert (spec.tiles.dot, spec.tiles.out_dot) == (("bf16x3",) * 2 if spec.split else ("tf32x3",) * 2)
     assert work.w.dtype == work.ke.dtype == (torch.bfloat16 if spec.split else torch.float32)
     assert work.w.nbytes == work.ke.nbytes == work.qe.nbytes == 3 * 2 * CHUNK * dk * 4
+
+
+@pytest.mark.parametrize("dk", [16, 128])  # tf32x3 products, and fp32 q and k split for bf16x3 (SPLIT_QK)
+def test_fork_gdn_fp32_activations_normed_into_bf16(dk, device) -> None:
+    """fp32 activations (E4): fp32 q, k, v, a, b with the weights' bf16 A_log, dt_bias and norm weight, the
+    output normed into bf16 for the out projection. The fused norm equals the unfused launches (o stored in
+    fp32, then normed into bf16) bit for bit, so o is not rounded before the norm; the reference computes
+    the same function within bf16's tolerance; every path equals its plain stream (E3)."""
+    from flidec.codegen import eager, pointwise
+
+    nodes = forest(SHAPE_OFF_64[:7])
+    stream = pack_forest(nodes, gap=2)
+    hv, dv = 2, 128
+    table = token_table(nodes, hk=1, hv=hv, dk=dk, dv=dv, dtype=torch.float32, raw_gate=True, seed=5)
+    gen = torch.Generator().manual_seed(6)
+    rows = stream.tokens.shape[0]
+    z = torch.randn(rows, hv, dv, generator=gen).to(device)
+    weight = (1 + 0.5 * torch.randn(dv, generator=gen)).to(torch.bfloat16).to(device)
+    gate = {"a_log": torch.tensor([0.2, -0.4], dtype=torch.bfloat16, device=device),
+            "dt_bias": torch.tensor([-0.5, 0.3], dtype=torch.bfloat16, device=device)}
+    args = lookup(table, stream.tokens, QKVAB, device)
+    o = fork_gdn(*args, stream.meta, **gate)
+    assert o.dtype == torch.float32
+    unfused = torch.full(o.shape, float("nan"), dtype=torch.bfloat16, device=device)
+    call = pointwise.emit_gated_rms_norm(o, z, weight, unfused, 1e-6)
+    eager.launch(call.kernel, call.grid, *call.args, device=device, **call.constexprs)
+
+    def normed(tokens: torch.Tensor, meta: StreamMeta, zs: torch.Tensor) -> torch.Tensor:
+        out = torch.full((tokens.shape[0], hv, dv), float("nan"), dtype=torch.bfloat16, device=device)
+        return fork_gdn(*lookup(table, tokens, QKVAB, device), meta, **gate, out=out,
+                        norm=(zs, weight, 1e-6))
+
+    got = normed(stream.tokens, stream.meta, z)
+    seg = segment_rows(stream.meta).to(device)
+    assert not got[seg].isnan().any() and got[~seg].isnan().all()
+    assert torch.equal(got[seg], unfused[seg])
+    q, k, v, a, b = (torch.nan_to_num(x) for x in lookup(table, stream.tokens, QKVAB, torch.device("cpu")))
+    ref = ops.fork_gdn(q, k, v, ops.gdn_decay(a, gate["a_log"].cpu(), gate["dt_bias"].cpu()), ops.gdn_beta(b),
+                       stream.meta)
+    ref = ops.gated_rms_norm(ref, z.cpu(), weight.cpu(), 1e-6, torch.bfloat16)
+    assert ref.dtype == torch.bfloat16
+    assert_close(got.cpu()[seg.cpu()], ref[seg.cpu()], torch.bfloat16)
+    for leaf in leaves(nodes):
+        plain = path_stream(nodes, leaf)
+        path = path_rows(stream.meta, leaf).to(device)
+        assert torch.equal(got[path], normed(plain.tokens, plain.meta, z[path])), f"path to {leaf} differs"

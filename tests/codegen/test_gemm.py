@@ -262,3 +262,33 @@ def test_silu_mul_epilogue_equals_the_product_of_the_stored_projections(dtype, d
         torch.testing.assert_close(fused.cpu(), reference, atol=atol, rtol=rtol)
     with pytest.raises(ValueError, match="weights differ"):
         linear_silu_mul(x, w_gate, w_up[:100])
+
+
+def test_fp32_results_of_bf16_operands_are_the_unrounded_accumulator(device) -> None:
+    """fp32 activations (E4): a bf16 GEMM writing fp32 keeps the accumulator, which the reference's fp32
+    product of the same bf16 values gives within fp32's tolerance, far inside one bf16 rounding; its rows are
+    invariant under M and shuffling (E3), and a group writing fp32 equals its members' own launches."""
+    x, w = operands(100, 72, 96, torch.bfloat16, device, seed=7)
+    y = linear(x, w, dtype=torch.float32)
+    assert y.dtype == torch.float32 and not y.isnan().any()
+    want = ops.linear(x.cpu(), w.cpu(), torch.float32)
+    assert want.dtype == torch.float32
+    atol, rtol = TOLERANCE[torch.float32]
+    torch.testing.assert_close(y.cpu(), want, atol=atol, rtol=rtol)
+    rounded = linear(x, w)
+    assert not torch.equal(y.to(torch.bfloat16).float(), y), "the fp32 result must keep bits bf16 drops"
+    assert torch.equal(y.to(torch.bfloat16), rounded), "bf16 results are the fp32 accumulator rounded once"
+    for m in (1, 7, 16, 100):
+        assert torch.equal(linear(x[:m], w, dtype=torch.float32), y[:m]), f"rows differ at M={m}"
+    perm = torch.randperm(100, generator=torch.Generator().manual_seed(1)).to(device)
+    assert torch.equal(linear(x[perm], w, dtype=torch.float32), y[perm])
+    w2 = (torch.randn(40, 96, generator=torch.Generator().manual_seed(8)) / 96**0.5).to(torch.bfloat16)
+    outs = linear_group(x, (w, w2.to(device)), dtype=torch.float32)
+    assert torch.equal(outs[0], y) and torch.equal(outs[1], linear(x, w2.to(device), dtype=torch.float32))
+    with pytest.raises(ValueError, match="or fp32"):
+        linear(x, w, out=torch.empty(100, 72, dtype=torch.float16, device=device))
+    with pytest.raises(ValueError, match="outputs one"):
+        linear_group(x, (w, w2.to(device)), outs=(torch.empty(100, 72, device=device),
+                                                   torch.empty(100, 40, dtype=torch.bfloat16, device=device)))
+    with pytest.raises(ValueError, match="SwiGLU product"):
+        linear_silu_mul(x, w, w, out=torch.empty(100, 72, device=device))

@@ -59,7 +59,7 @@ def test_recording_is_complete_and_round_trips(model) -> None:
     # GDN layers: (qkv, a, b, z), out; the attention layer: (q, k, v), o; every MLP: silu(gate) * up, down
     assert ops.count("linear_group") == 4 and ops.count("linear_silu_mul") == 4 and ops.count("linear") == 8
     assert "silu_mul" not in ops
-    assert ops[0] == "embedding" and ops[-1] == "label_head"
+    assert ops[0] == "embed" and ops[-1] == "label_head"
 
 
 def test_gemms_compute_the_streams_rows_and_past_the_trim_its_reads(model) -> None:
@@ -101,7 +101,7 @@ def test_row_wise_launches_and_the_conv_compute_the_streams_rows_then_its_reads(
         assert buffers[arg.buffer].region == "meta"
         fills.append((step.op, buffers[arg.buffer].fill))
     gather = next(i for i, (op, _) in enumerate(fills) if op == "gather_rows")
-    assert fills[0] == ("embedding", "live_rows(stream=1,reads=0)")
+    assert fills[0] == ("embed", "live_rows(stream=1,reads=0)")
     assert {f for _, f in fills[:gather]} == {"live_rows(stream=1,reads=0)"}
     assert {f for _, f in fills[gather:]} == {"live_rows(stream=0,reads=1)"}
     assert {"fork_conv_static", "rotary", "add_rms_norm"} <= {op for op, _ in fills[:gather]}
