@@ -122,16 +122,27 @@ def _gemm_tile(x_ptr, w_ptr, y_ptr, M, pid_m, pid_n,
 
 
 @triton.jit
+def _projections(acc_g, acc_u, dtype: tl.constexpr, ROUND: tl.constexpr):
+    """The SwiGLU's gate and up projections as the product reads them: rounded to `dtype` with ROUND."""
+    if ROUND:
+        return acc_g.to(dtype).to(tl.float32), acc_u.to(dtype).to(tl.float32)
+    else:
+        return acc_g, acc_u
+
+
+@triton.jit
 def gemm_silu_mul_kernel(
     x_ptr, wg_ptr, wu_ptr, y_ptr,
     rows_ptr,  # *i32: how many rows of x and y to compute (ROWS)
     N: tl.constexpr, K: tl.constexpr,
     X_ST: tl.constexpr, W_ST: tl.constexpr, Y_ST: tl.constexpr,  # row strides (both W share one)
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    ROUND: tl.constexpr,  # the projections are in y's dtype (else fp32: the accumulators as they are)
 ):
     """y = silu(x @ Wg^T) * (x @ Wu^T), the SwiGLU product, in the projections' epilogue. Each accumulator
-    sees gemm_kernel's products in its order and is rounded to y's dtype before the product, as the two
-    stored projections were, and the product is computed as pointwise.binary_kernel's SILU_MUL does."""
+    sees gemm_kernel's products in its order and, with ROUND, is rounded to y's dtype before the product, as
+    the two stored projections were, and the product is computed as pointwise.binary_kernel's SILU_MUL
+    does."""
     pid_m, pid_n = _tile(GROUP_M)
     M = tl.load(rows_ptr)
     if pid_m * BLOCK_M >= M:
@@ -151,8 +162,7 @@ def gemm_silu_mul_kernel(
         wu = tl.load(wu_ptr + w_at + kk[None, :], mask=w_mask, other=0.0)
         acc_g = tl.dot(x, tl.trans(wg), acc_g, input_precision="ieee")
         acc_u = tl.dot(x, tl.trans(wu), acc_u, input_precision="ieee")
-    gate = acc_g.to(y_ptr.dtype.element_ty).to(tl.float32)
-    up = acc_u.to(y_ptr.dtype.element_ty).to(tl.float32)
+    gate, up = _projections(acc_g, acc_u, y_ptr.dtype.element_ty, ROUND)
     y = y_ptr + rm.to(tl.int64)[:, None] * Y_ST + rn[None, :]
     tl.store(y, (gate / (1.0 + tl.exp(-gate)) * up).to(y_ptr.dtype.element_ty),
              mask=(rm[:, None] < M) & (rn[None, :] < N))
@@ -296,6 +306,7 @@ def gemm_silu_mul_tma_kernel(
     x_ptr, wg_ptr, wu_ptr, y_ptr, rows_ptr,
     N: tl.constexpr, K: tl.constexpr, X_ST: tl.constexpr, W_ST: tl.constexpr, Y_ST: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    ROUND: tl.constexpr,
 ):
     """gemm_silu_mul_kernel's launch, PERSISTENT."""
     M = tl.load(rows_ptr)
@@ -314,8 +325,7 @@ def gemm_silu_mul_tma_kernel(
             x = x_desc.load([pid_m * BLOCK_M, k0])
             acc_g = tl.dot(x, wg_desc.load([pid_n * BLOCK_N, k0]).T, acc_g, input_precision="ieee")
             acc_u = tl.dot(x, wu_desc.load([pid_n * BLOCK_N, k0]).T, acc_u, input_precision="ieee")
-        gate = acc_g.to(y_ptr.dtype.element_ty).to(tl.float32)
-        up = acc_u.to(y_ptr.dtype.element_ty).to(tl.float32)
+        gate, up = _projections(acc_g, acc_u, y_ptr.dtype.element_ty, ROUND)
         rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         tl.store(y_ptr + rm.to(tl.int64)[:, None] * Y_ST + rn[None, :],
@@ -333,6 +343,7 @@ class GemmSpec:
     strides: tuple[int, int, int]  # row strides of x, W, y, in elements
     tiles: GemmTiles
     out_dtype: torch.dtype | None = None  # y's: fp32 (the accumulator unrounded), or None: x's
+    silu_round: bool | None = None  # the SwiGLU launch's ROUND (None: not a SwiGLU launch)
 
     def signature(self, pointers: tuple[str, ...] = ("x_ptr", "w_ptr", "y_ptr")) -> dict[str, str]:
         """The kernel's parameter types; gemm_silu_mul_kernel names its pointers x, wg, wu, y (the last is
@@ -349,8 +360,9 @@ class GemmSpec:
     def constexprs(self) -> dict[str, int]:
         t = self.tiles
         x_st, w_st, y_st = self.strides
+        silu = {} if self.silu_round is None else {"ROUND": self.silu_round}
         return {"N": self.n, "K": self.k, "X_ST": x_st, "W_ST": w_st, "Y_ST": y_st,
-                "BLOCK_M": t.block_m, "BLOCK_N": t.block_n, "BLOCK_K": t.block_k, "GROUP_M": t.group_m}
+                "BLOCK_M": t.block_m, "BLOCK_N": t.block_n, "BLOCK_K": t.block_k, "GROUP_M": t.group_m} | silu
 
     def grid(self, m: int) -> tuple[int, ...]:
         t = self.tiles
@@ -421,28 +433,32 @@ SILU_MUL_POINTERS = ("x_ptr", "wg_ptr", "wu_ptr", "y_ptr")
 SILU_MUL_PERSISTENT_ROWS = 8192
 
 
-def silu_mul_spec(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, y: torch.Tensor) -> GemmSpec:
+def silu_mul_spec(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, y: torch.Tensor,
+                  projections: torch.dtype | None = None) -> GemmSpec:
     """gemm_silu_mul_kernel's spec: gemm_kernel's for one projection (signature(SILU_MUL_POINTERS)), both
     weights alike, on at most 4 stages: a stage holds two weight tiles, and 6 (TILES' first rung) fill the
-    shared memory with one program an SM, which was slower.
+    shared memory with one program an SM, which was slower. `projections`: the dtype the product reads the
+    two projections in (None: y's; fp32: the accumulators unrounded, fp32 activations).
     PERSISTENT above SILU_MUL_PERSISTENT_ROWS rows only."""
     spec = gemm_spec(x, w_gate, y)
     if w_up.shape != w_gate.shape or w_up.dtype != w_gate.dtype or w_up.stride() != w_gate.stride():
         raise ValueError(f"gate {tuple(w_gate.shape)} and up {tuple(w_up.shape)} weights differ")
-    if y.dtype != x.dtype:
-        raise ValueError("the SwiGLU product is written in x's dtype")
+    if y.dtype != x.dtype or projections not in (None, x.dtype, torch.float32):
+        raise ValueError("the SwiGLU product is written in x's dtype, from projections in it or fp32")
     tiles = spec.tiles
     if tiles.programs and x.shape[0] <= SILU_MUL_PERSISTENT_ROWS:
         tiles = _PER_TILE
-    return dataclasses.replace(spec, tiles=dataclasses.replace(tiles, num_stages=min(tiles.num_stages, 4)))
+    return dataclasses.replace(spec, tiles=dataclasses.replace(tiles, num_stages=min(tiles.num_stages, 4)),
+                               silu_round=(projections or x.dtype) == x.dtype)
 
 
 def linear_silu_mul(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor,
-                    out: torch.Tensor | None = None) -> torch.Tensor:
-    """silu(x @ Wg^T) * (x @ Wu^T) in one launch, run eagerly. `out` defaults to a NaN-filled tensor."""
+                    out: torch.Tensor | None = None, projections: torch.dtype | None = None) -> torch.Tensor:
+    """silu(x @ Wg^T) * (x @ Wu^T) in one launch, run eagerly, the projections read in `projections`
+    (silu_mul_spec). `out` defaults to a NaN-filled tensor."""
     if out is None:
         out = torch.full((x.shape[0], w_gate.shape[0]), float("nan"), dtype=x.dtype, device=x.device)
-    spec = silu_mul_spec(x, w_gate, w_up, out)
+    spec = silu_mul_spec(x, w_gate, w_up, out, projections)
     if x.shape[0] > 0:
         rows = eager.row_count(len(x), x.device)
         eager.launch(spec.kernel(silu_mul=True), spec.grid(x.shape[0]), x, w_gate, w_up, out, rows,

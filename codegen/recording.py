@@ -137,8 +137,8 @@ def _gemm_group(ctx: EmitContext, outs: tuple[torch.Tensor, ...], x: torch.Tenso
 
 
 def _gemm_silu_mul(ctx: EmitContext, out: torch.Tensor, x: torch.Tensor, w_gate: torch.Tensor,
-                   w_up: torch.Tensor) -> list[KernelCall]:
-    spec = gemm.silu_mul_spec(x, w_gate, w_up, out)
+                   w_up: torch.Tensor, dtype: torch.dtype | None = None) -> list[KernelCall]:
+    spec = gemm.silu_mul_spec(x, w_gate, w_up, out, dtype)
     t = spec.tiles
     return [KernelCall(spec.kernel(silu_mul=True), spec.grid(x.shape[0]),
                        (x, w_gate, w_up, out, _live_rows(ctx, x)), spec.signature(gemm.SILU_MUL_POINTERS),
@@ -300,7 +300,8 @@ register_emitter(operator.add,
                  _pw(lambda out, a, b, rows: pointwise.emit_binary(pointwise.ADD, a, b, out, rows)),
                  (pointwise.binary_kernel,))
 register_emitter(op_table.silu_mul,
-                 _pw(lambda out, a, b, rows: pointwise.emit_binary(pointwise.SILU_MUL, a, b, out, rows)), ())
+                 _pw(lambda out, a, b, dtype=None, rows=None:
+                     pointwise.emit_binary(pointwise.SILU_MUL, a, b, out, rows)), ())
 register_emitter(ops.embed,
                  _pw(lambda out, idx, w, dtype=None, rows=None:
                      pointwise.emit_gather_rows(w, idx, out, rows)),

@@ -1,7 +1,8 @@
 """Pointwise fusion: norms, gates, SiLU products and residual adds merged into single kernels' ops.
 
 Consumes a lowered model graph (lower_forks, so attention is fork_attention_static); produces the graph with
-RULES applied in turn, each wherever its pattern matches: the SwiGLU product, the attention output gate, the
+RULES applied in turn, each wherever its pattern matches: the SwiGLU product (and its cast to the down
+projection's operand dtype), the attention output gate, the
 final fp32 norm, residual add + norm, and the Gated DeltaNet's gates each become one fused op. Each fused
 op's reference body is the unfused composition, so the reference executor's answers are torch.equal; their
 kernels round once where the unfused ops rounded between steps, which moves bf16 results within TOLERANCE
@@ -43,6 +44,21 @@ def _fuse_silu_mul(g: torch.fx.Graph, n: torch.fx.Node) -> bool:
         n.replace_all_uses_with(g.call_function(silu_mul, (a.args[0], b)))
     g.erase_node(n)
     g.erase_node(a)
+    return True
+
+
+def _fuse_cast(g: torch.fx.Graph, n: torch.fx.Node) -> bool:
+    """`silu_mul(a, b).to(dtype)` -> `silu_mul(a, b, dtype)`: fp32 projections' product rounded once, to the
+    GEMM operand it is."""
+    if op_name(n) != "to" or n.kwargs or len(n.args) != 2 or not isinstance(n.args[1], torch.dtype):
+        return False
+    product, dtype = n.args
+    if not _single_use(product, "silu_mul") or len(product.args) != 2:
+        return False
+    with g.inserting_before(n):
+        n.replace_all_uses_with(g.call_function(silu_mul, (*product.args, dtype)))
+    g.erase_node(n)
+    g.erase_node(product)
     return True
 
 
@@ -117,7 +133,7 @@ def _fuse_gdn_gates(g: torch.fx.Graph, n: torch.fx.Node) -> bool:
     return True
 
 
-RULES = (_fuse_silu_mul, _fuse_gate, _fuse_norm_f32, _fuse_add_norm, _fuse_gdn_gates)
+RULES = (_fuse_silu_mul, _fuse_cast, _fuse_gate, _fuse_norm_f32, _fuse_add_norm, _fuse_gdn_gates)
 
 
 @register("fuse_pointwise", level_in="fx", level_out="fx")

@@ -62,22 +62,25 @@ def _projection(n: object, params: dict[str, torch.Tensor]) -> torch.Tensor | No
 
 
 def _fuse_silu_mul(g: torch.fx.Graph, n: torch.fx.Node, params: dict[str, torch.Tensor]) -> None:
-    """`silu_mul(linear(x, Wg), linear(x, Wu))`, each linear used only there and the weights alike ->
-    `linear_silu_mul(x, Wg, Wu)`: both projections and the product in one launch, which writes the product
-    only (codegen/gemm.gemm_silu_mul_kernel); its epilogue rounds each projection to the model dtype first,
-    as the stored projections were, so the product's bits do not change."""
+    """`silu_mul(linear(x, Wg[, P]), linear(x, Wu[, P])[, D])`, each linear used only there, the weights
+    alike and the product in the weights' dtype D -> `linear_silu_mul(x, Wg, Wu, P)`: both projections and
+    the product in one launch, which writes the product only (codegen/gemm.gemm_silu_mul_kernel); its
+    epilogue reads each projection as stored in P (rounded to the model dtype first without P, unrounded in
+    fp32 with it), so the product's bits do not change."""
     if op_name(n) != "silu_mul":
         return
-    gate, up = n.args
+    gate, up, product = (*n.args, None)[:3]
     pg, pu = _projection(gate, params), _projection(up, params)
-    if pg is None or pu is None or len(gate.users) != 1 or len(up.users) != 1 or len(gate.args) != 2 \
-            or len(up.args) != 2:  # the fused epilogue writes the model dtype: projections without a dtype
+    if pg is None or pu is None or len(gate.users) != 1 or len(up.users) != 1:
         return
-    (x, w_gate), (x_up, w_up) = gate.args, up.args
-    if x is not x_up or pg.shape != pu.shape or pg.dtype != pu.dtype or pg.stride() != pu.stride():
-        return
+    x, w_gate, x_up, w_up = gate.args[0], gate.args[1], up.args[0], up.args[1]
+    dtype = _out_dtype(gate)
+    if (x is not x_up or pg.shape != pu.shape or pg.dtype != pu.dtype or pg.stride() != pu.stride()
+            or _out_dtype(up) != dtype or product not in (None, pg.dtype)
+            or (product is None and dtype not in (None, pg.dtype))):
+        return  # the fused launch writes the weights' dtype
     with g.inserting_before(n):
-        n.replace_all_uses_with(g.call_function(linear_silu_mul, (x, w_gate, w_up)))
+        n.replace_all_uses_with(g.call_function(linear_silu_mul, (x, w_gate, w_up, dtype)))
     for dead in (n, gate, up):
         g.erase_node(dead)
 

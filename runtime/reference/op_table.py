@@ -117,13 +117,17 @@ def linear_group(x: torch.Tensor, weights: tuple[torch.Tensor, ...], dtype: torc
     return tuple(ops.linear(x, w, dtype) for w in weights)
 
 
-def silu_mul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    return F.silu(a) * b
+def silu_mul(a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """The SwiGLU product silu(a) * b in `dtype` (default a's: fp32 projections, a bf16 GEMM operand)."""
+    out = F.silu(a) * b
+    return out if dtype is None else out.to(dtype)
 
 
-def linear_silu_mul(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> torch.Tensor:
-    """The SwiGLU product silu(x @ Wg^T) * (x @ Wu^T) in one launch (the product in the GEMM's epilogue)."""
-    return silu_mul(ops.linear(x, w_gate), ops.linear(x, w_up))
+def linear_silu_mul(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor,
+                    dtype: torch.dtype | None = None) -> torch.Tensor:
+    """The SwiGLU product silu(x @ Wg^T) * (x @ Wu^T) in x's dtype, the projections in `dtype` (default
+    x's), in one launch (the product in the GEMM's epilogue)."""
+    return silu_mul(ops.linear(x, w_gate, dtype), ops.linear(x, w_up, dtype), x.dtype)
 
 
 def add_rms_norm(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor, eps: float,
@@ -178,8 +182,9 @@ OPS: tuple[Op, ...] = (
     Op(label_head, GRAPH, lambda h, w, labels, n: meta_like(h, F32, tuple(labels.shape)), POINTWISE),
     Op(linear_group, GRAPH,
        lambda x, ws, dtype=None: tuple(meta_like(x, dtype, (x.shape[0], w.shape[0])) for w in ws), GEMM),
-    Op(linear_silu_mul, GRAPH, lambda x, wg, wu: meta_like(x, shape=(x.shape[0], wg.shape[0])), GEMM),
-    Op(silu_mul, GRAPH, lambda a, b: meta_like(a), POINTWISE),
+    Op(linear_silu_mul, GRAPH, lambda x, wg, wu, dtype=None: meta_like(x, shape=(x.shape[0], wg.shape[0])),
+       GEMM),
+    Op(silu_mul, GRAPH, lambda a, b, dtype=None: meta_like(a, dtype), POINTWISE),
     Op(add_rms_norm, GRAPH, lambda x, y, w, eps, dtype=None: (meta_like(x), meta_like(x, dtype)), POINTWISE),
     Op(rms_norm_f32, GRAPH, lambda x, w, eps: meta_like(x, F32), POINTWISE),
     # plain torch calls of the traced model: meta tensors shape them, the recorder still emits a kernel

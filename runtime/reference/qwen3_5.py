@@ -121,14 +121,15 @@ class GatedDeltaNet(nn.Module):
 class MLP(nn.Module):
     def __init__(self, cfg: TextConfig, dtype: torch.dtype, activations: torch.dtype):
         super().__init__()
-        self.act = activations
+        self.dtype, self.act = dtype, activations
         self.gate_proj = Weight(cfg.intermediate_size, cfg.hidden_size, dtype=dtype)
         self.up_proj = Weight(cfg.intermediate_size, cfg.hidden_size, dtype=dtype)
         self.down_proj = Weight(cfg.hidden_size, cfg.intermediate_size, dtype=dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        act = F.silu(linear(x, self.gate_proj.weight)) * linear(x, self.up_proj.weight)
-        return linear(act, self.down_proj.weight, self.act)
+        # projections in the activations' dtype, their product rounded once (the down projection's operand)
+        act = F.silu(linear(x, self.gate_proj.weight, self.act)) * linear(x, self.up_proj.weight, self.act)
+        return linear(act.to(self.dtype), self.down_proj.weight, self.act)
 
 
 class Layer(nn.Module):

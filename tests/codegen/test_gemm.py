@@ -292,3 +292,29 @@ def test_fp32_results_of_bf16_operands_are_the_unrounded_accumulator(device) -> 
                                                    torch.empty(100, 40, dtype=torch.bfloat16, device=device)))
     with pytest.raises(ValueError, match="SwiGLU product"):
         linear_silu_mul(x, w, w, out=torch.empty(100, 72, device=device))
+
+
+def test_silu_mul_of_fp32_projections_rounds_once(device) -> None:
+    """fp32 activations (E4): the SwiGLU launch reading its projections unrounded equals fp32 projections
+    stored and multiplied into bf16 by the pointwise kernel, bit for bit, at both rungs; the reference (fp32
+    projections, one rounding of the product) agrees within bf16's tolerance; rounding the projections
+    first gives other bits."""
+    from flidec.codegen import gemm, pointwise
+    from flidec.runtime.reference import op_table
+
+    g = torch.Generator().manual_seed(9)
+    bf16, f32 = torch.bfloat16, torch.float32
+    w_gate, w_up = ((torch.randn(200, 96, generator=g) / 96**0.5).to(bf16).to(device) for _ in range(2))
+    for m in (37, gemm.TILES[bf16][0][0] + 3):
+        x = torch.randn(m, 96, generator=g).to(bf16).to(device)
+        unfused = torch.full((m, 200), float("nan"), dtype=bf16, device=device)
+        gate, up = linear(x, w_gate, dtype=f32), linear(x, w_up, dtype=f32)
+        call = pointwise.emit_binary(pointwise.SILU_MUL, gate, up, unfused)
+        pointwise.eager.launch(call.kernel, call.grid, *call.args, device=device, **call.constexprs)
+        fused = linear_silu_mul(x, w_gate, w_up, projections=f32)
+        assert fused.dtype == bf16 and not fused.isnan().any() and torch.equal(fused, unfused), f"M={m}"
+        assert not torch.equal(fused, linear_silu_mul(x, w_gate, w_up)), "the projections were rounded"
+        atol, rtol = TOLERANCE[bf16]
+        reference = op_table.linear_silu_mul(x.cpu(), w_gate.cpu(), w_up.cpu(), f32)
+        assert reference.dtype == bf16
+        torch.testing.assert_close(fused.cpu(), reference, atol=atol, rtol=rtol)
