@@ -7,7 +7,8 @@
 # server under load instead (benchmarks/serve_bench.py: flidec serve and flide serve, 64 clients on mixed System One rows, capped at
 # SERVE_S, default 300 s, setup included; writes serve.json, serve.log and each server's log); BUDGET_S (default 380)
 # is the benchmark's whole budget, checkpoint and compiles included. PROFILE=0 skips the profile; E4=1 runs, instead of the
-# profile and the harness, the distance from float32 on a second weight seed (E4_S, 300 s) and on the demo model (E4_DEMO_S, 120 s).
+# profile and the harness, both flidec builds' distance from float32 beside flide's (E4_S, 300 s), then without flide on a second
+# weight seed (E4_SEED_S, 150 s) and on the demo model's demo workload (E4_DEMO_S, 70 s).
 set -uo pipefail
 COMMIT=${1:?usage: bash benchmarks/device.sh COMMIT [BUDGET_S] [ENGINES] [WORKLOADS]}
 BUDGET=${2:-380}
@@ -20,7 +21,7 @@ python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile
 export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
 python3 -c "import torch, triton, transformers; print('torch', torch.__version__, 'triton', triton.__version__, 'transformers', transformers.__version__)" | tee -a "$OUT/gpu.txt"
-[ "${GPU_TESTS:-1}" = 0 ] || timeout "${GPU_TESTS_S:-150}" python3 -P -m pytest -m gpu -q -p no:cacheprovider --durations=8 -s tests/codegen tests/runtime 2>&1 | tee "$OUT/gpu-tests.log"
+[ "${GPU_TESTS:-1}" = 0 ] || timeout "${GPU_TESTS_S:-150}" python3 -P -m pytest -m gpu -q -p no:cacheprovider --durations=8 -s ${GPU_TEST_PATHS:-tests/codegen tests/runtime} 2>&1 | tee "$OUT/gpu-tests.log"
 if [ "${AGENT:-0}" != 0 ]; then  # the agent workload (benchmarks/agent.py) instead of the profile and the harness
   timeout "${AGENT_S:-400}" python3 benchmarks/agent.py --model /tmp/qwen35-0.8b --variants "${AGENT_VARIANTS:-planner,systemone}" \
     --engines "${AGENT_ENGINES:-flidec,flide,flide-session}" --out "$OUT/agent.json" 2>&1 | tee "$OUT/agent.log"
@@ -32,13 +33,16 @@ if [ "${SERVE:-0}" != 0 ]; then  # the server under load (benchmarks/serve_bench
     --time-budget-s "$((SERVE_S - 10))" --out "$OUT/serve.json" 2>&1 | tee "$OUT/serve.log"
   exit 0
 fi
-if [ "${E4:-0}" != 0 ]; then  # E4 on more models: a second weight seed, and the embedded demo model's demo workload
-  E4_ENGINES=${E4_ENGINES:-flidec,flidec-bf16,flide,fp32-ref}
-  python3 benchmarks/run.py --model /tmp/qwen35-0.8b-seed1 --make-seed 1 --engines "$E4_ENGINES" --workloads quality,race,mixed \
-    --time-budget-s "${E4_S:-300}" --results-dir "$OUT/seed1" --commit "$COMMIT" --no-plot 2>&1 | tee "$OUT/seed1.log"
+if [ "${E4:-0}" != 0 ]; then  # E4: both flidec builds beside flide from float32, on seed 0, a second seed, the demo model
+  python3 benchmarks/run.py --model /tmp/qwen35-0.8b --engines "${E4_ENGINES:-fp32-ref,flidec,flidec-bf16,flide}" \
+    --workloads quality,race,mixed --time-budget-s "${E4_S:-300}" --results-dir "$OUT/seed0" --commit "$COMMIT" --no-plot \
+    2>&1 | tee "$OUT/seed0.log"
+  python3 benchmarks/run.py --model /tmp/qwen35-0.8b-seed1 --make-seed 1 --engines "${E4_MORE:-fp32-ref,flidec,flidec-bf16}" \
+    --workloads quality,race,mixed --time-budget-s "${E4_SEED_S:-150}" --results-dir "$OUT/seed1" --commit "$COMMIT" \
+    --no-plot 2>&1 | tee "$OUT/seed1.log"
   DEMO=$(python3 -c "from flidec.models import DEMO_MODEL; print(DEMO_MODEL)")
-  python3 benchmarks/run.py --model "$DEMO" --engines "$E4_ENGINES" --workloads demo --time-budget-s "${E4_DEMO_S:-120}" \
-    --results-dir "$OUT/demo" --commit "$COMMIT" --no-plot 2>&1 | tee "$OUT/demo.log"
+  python3 benchmarks/run.py --model "$DEMO" --engines "${E4_MORE:-fp32-ref,flidec,flidec-bf16}" --workloads demo \
+    --time-budget-s "${E4_DEMO_S:-70}" --results-dir "$OUT/demo" --commit "$COMMIT" --no-plot 2>&1 | tee "$OUT/demo.log"
   exit 0
 fi
 [ "${PROFILE:-1}" = 0 ] || timeout 150 python3 benchmarks/profile_runtime.py --model /tmp/qwen35-0.8b --workloads "quality,quality*4,race,race*8,mixed" --out "$OUT/profile.json" 2>&1 | tee "$OUT/profile.log"

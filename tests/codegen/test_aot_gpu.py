@@ -132,15 +132,15 @@ def test_persistent_group_and_swiglu_cubins_equal_a_program_per_tile() -> None:
     per_tile = dataclasses.replace(persistent, programs=0, num_stages=3)  # 4: out of shared memory
     got = {}
     for tiles in (per_tile, persistent):
-        group = GemmGroupSpec(tuple(GemmSpec(torch.bfloat16, w.shape[0], k, (k, k, w.shape[0]), tiles)
-                                    for w in ws))
-        silu = GemmSpec(torch.bfloat16, 3584, k, (k, k, 3584), tiles)
+        # as fp32 activations compile them: fp32 projections out of the group, the SwiGLU's unrounded
+        group = GemmGroupSpec(tuple(GemmSpec(torch.bfloat16, w.shape[0], k, (k, k, w.shape[0]), tiles,
+                                             out_dtype=torch.float32) for w in ws))
+        silu = GemmSpec(torch.bfloat16, 3584, k, (k, k, 3584), tiles, silu_round=False)
         launches = ((group, group.kernel(), group.signature()),
                     (silu, silu.kernel(silu_mul=True), silu.signature(SILU_MUL_POINTERS)))
         for rows in (m, 300):
             count = eager.row_count(rows, torch.device("cuda"))
-            outs = tuple(torch.full((m, w.shape[0]), float("nan"), dtype=torch.bfloat16, device="cuda")
-                         for w in ws)
+            outs = tuple(torch.full((m, w.shape[0]), float("nan"), device="cuda") for w in ws)
             fused = torch.full((m, 3584), float("nan"), dtype=torch.bfloat16, device="cuda")
             for spec, fn, signature in launches:
                 kern = aot.compile_kernel(fn, signature, spec.constexprs(), num_warps=tiles.num_warps,
