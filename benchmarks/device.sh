@@ -34,14 +34,14 @@ if [ "${SERVE:-0}" != 0 ]; then  # the server under load (benchmarks/serve_bench
   exit 0
 fi
 if [ "${E4:-0}" != 0 ]; then  # E4: both flidec builds beside flide from float32, on seed 0, a second seed, the demo model
-  python3 benchmarks/run.py --model /tmp/qwen35-0.8b --engines "${E4_ENGINES:-fp32-ref,flidec,flidec-bf16,flide}" \
+  python3 benchmarks/run.py --model /tmp/qwen35-0.8b --engines "${E4_ENGINES:-fp32-ref,flidec,flidec-fp32,flide}" \
     --workloads quality,race,mixed --time-budget-s "${E4_S:-300}" --results-dir "$OUT/seed0" --commit "$COMMIT" --no-plot \
     2>&1 | tee "$OUT/seed0.log"
-  python3 benchmarks/run.py --model /tmp/qwen35-0.8b-seed1 --make-seed 1 --engines "${E4_MORE:-fp32-ref,flidec,flidec-bf16}" \
+  python3 benchmarks/run.py --model /tmp/qwen35-0.8b-seed1 --make-seed 1 --engines "${E4_MORE:-fp32-ref,flidec,flidec-fp32}" \
     --workloads quality,race,mixed --time-budget-s "${E4_SEED_S:-150}" --results-dir "$OUT/seed1" --commit "$COMMIT" \
     --no-plot 2>&1 | tee "$OUT/seed1.log"
   DEMO=$(python3 -c "from flidec.models import DEMO_MODEL; print(DEMO_MODEL)")
-  python3 benchmarks/run.py --model "$DEMO" --engines "${E4_MORE:-fp32-ref,flidec,flidec-bf16}" --workloads demo \
+  python3 benchmarks/run.py --model "$DEMO" --engines "${E4_MORE:-fp32-ref,flidec,flidec-fp32}" --workloads demo \
     --time-budget-s "${E4_DEMO_S:-70}" --results-dir "$OUT/demo" --commit "$COMMIT" --no-plot 2>&1 | tee "$OUT/demo.log"
   exit 0
 fi

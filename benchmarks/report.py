@@ -697,29 +697,30 @@ def _e4(r: dict | None, key: str) -> str:
 
 
 def numerics_section(run: dict, extra: list[Path], root: Path) -> str:
-    """E4 against its cost: flidec (fp32 activations), flidec-bf16 (--activations bf16) and flide, each
-    from the float32 reference, on the run's workloads and on each `extra` results file's (another weight
-    seed, the demo model), with flidec's q/s against flidec-bf16's of the same run."""
-    head = ("model", "workload", "TV flidec / bf16 act. / flide", "flidec / flide", "max|dp| points",
-            "flips", "q/s flidec / bf16 act.")
+    """E4 against its cost: flidec-fp32 (--activations fp32), flidec (the default, bf16 activations) and
+    flide, each from the float32 reference, on the run's workloads and on each `extra` results file's
+    (another weight seed, the demo model); q/s of the two flidec builds from the same file. A row per
+    workload flidec ran."""
+    head = ("model", "workload", "TV fp32 act. / flidec / flide", "fp32 act. / flide", "max|dp| points",
+            "flips", "q/s fp32 act. / flidec")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    runs = [(Path(run["command"].split("--model ")[1].split()[0]).name, run)]
-    runs += [(Path(r["command"].split("--model ")[1].split()[0]).name, r)
-             for r in (json.loads((root / p).read_text()) for p in extra)]
-    for model, result in runs:
+    results = [run, *(json.loads((root / p).read_text()) for p in extra)]
+    for result in results:
+        model = Path(result["command"].split("--model ")[1].split()[0]).name
         for w in result["workloads"]:
-            f, b, p = (cell(result, e, w) for e in ("flidec", "flidec-bf16", "flide"))
-            fx, px = ((c or {}).get("exact") or {} for c in (f, p))
-            if not fx:
+            a, f, p = (cell(result, e, w) for e in ("flidec-fp32", "flidec", "flide"))
+            if f is None or f["status"] != "ok":
                 continue
-            ratio = f"{fx['mean_tv'] / px['mean_tv']:.2f}x" if px.get("mean_tv") else "-"
-            fq, bq = speed(result, "flidec", w, "qps"), speed(result, "flidec-bf16", w, "qps")
-            cost = f" ({100 * (fq / bq - 1):+.1f}%)" if fq and bq else ""
+            ax, px = ((c or {}).get("exact") or {} for c in (a, p))
+            both = ax.get("mean_tv") and px.get("mean_tv")
+            ratio = f"{ax['mean_tv'] / px['mean_tv']:.2f}x" if both else "-"
+            aq, fq = speed(result, "flidec-fp32", w, "qps"), speed(result, "flidec", w, "qps")
+            cost = f" ({100 * (aq / fq - 1):+.1f}%)" if aq and fq else ""
             lines.append("| " + " | ".join((
-                model, w, " / ".join(_e4(c, "mean_tv") for c in (f, b, p)), ratio,
-                " / ".join(_e4(c, "max_dp_points") for c in (f, b, p)),
-                " / ".join(_e4(c, "flips") for c in (f, b, p)),
-                f"{_num(fq, 'qps')} / {_num(bq, 'qps')}{cost}")) + " |")
+                model, w, " / ".join(_e4(c, "mean_tv") for c in (a, f, p)), ratio,
+                " / ".join(_e4(c, "max_dp_points") for c in (a, f, p)),
+                " / ".join(_e4(c, "flips") for c in (a, f, p)),
+                f"{_num(aq, 'qps')} / {_num(fq, 'qps')}{cost}")) + " |")
     return "\n".join(lines)
 
 

@@ -263,10 +263,11 @@ def add_compile(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--time-passes", action="store_true", help="print each pass's and build stage's time to "
                    "stderr")
     p.add_argument("--kernel-cache", metavar="DIR", help="reuse compiled kernels from DIR (and add to it)")
-    p.add_argument("--activations", choices=["fp32", "bf16"], default="fp32",
-                   help="sm_90: the dtype of the residual stream, the output projections and the Gated "
-                   "DeltaNet's inputs and outputs; the GEMMs' operands are bf16 either way (default fp32: "
-                   "closest to the float32 model, docs/DESIGN.md E4)")
+    p.add_argument("--activations", choices=["bf16", "fp32"], default="bf16",
+                   help="sm_90: the dtype of the residual stream, the projections' results and the Gated "
+                   "DeltaNet's inputs and outputs; the GEMMs' operands are bf16 either way. fp32 is the "
+                   "closest to the float32 model, at a throughput cost (docs/DESIGN.md E4, BENCHMARKS.md); "
+                   "default bf16")
     p.set_defaults(run=run_compile)
 
 

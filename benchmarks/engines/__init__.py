@@ -1,8 +1,8 @@
 """The engines the harness can run, by name. Each factory makes a fresh engine (benchmarks/engines/base.py).
 
 `flidec` is the compiled runtime (engines/flidec.py): artifacts built by `flidec compile` before its load is
-timed, answered by flidec.runtime; `flidec-bf16` the same compiled with `--activations bf16`, beside it to
-measure what fp32 activations cost and gain (E4).
+timed, answered by flidec.runtime; `flidec-fp32` the same compiled with `--activations fp32`, beside it to
+measure what fp32 activations gain and cost (E4).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Callable
 from benchmarks.engines.base import Engine, EngineUnavailable
 
 
-def _flidec(solo: bool, activations: str = "fp32") -> Callable[[], Engine]:
+def _flidec(solo: bool, activations: str = "bf16") -> Callable[[], Engine]:
     def make() -> Engine:
         from benchmarks.engines.flidec import FlidecCompiled
 
@@ -51,7 +51,7 @@ def _transformers(reference: bool) -> Callable[[], Engine]:
 ENGINES: dict[str, Callable[[], Engine]] = {
     "flidec": _flidec(solo=False),
     "flidec-solo": _flidec(solo=True),
-    "flidec-bf16": _flidec(solo=False, activations="bf16"),  # compiled with --activations bf16 (E4's cost)
+    "flidec-fp32": _flidec(solo=False, activations="fp32"),  # compiled with --activations fp32 (E4, its cost)
     "flidec-ref": _flidec_ref(solo=False),
     "flidec-ref-solo": _flidec_ref(solo=True),
     "flide": _flide(solo=False),

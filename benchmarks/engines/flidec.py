@@ -31,9 +31,9 @@ _BUILT: dict[tuple[Path, Path, str, str], tuple[Path, float]] = {}
 
 
 class FlidecCompiled:
-    def __init__(self, solo: bool = False, scratch: Path | None = None, activations: str = "fp32"):
+    def __init__(self, solo: bool = False, scratch: Path | None = None, activations: str = "bf16"):
         self.solo, self.activations = solo, activations
-        suffix = "" if activations == "fp32" else f"-{activations}"
+        suffix = "" if activations == "bf16" else f"-{activations}"  # flidec compile's default: no suffix
         self.name = ("flidec-solo" if solo else "flidec") + suffix
         self.computes = "solo" if solo else "tree"
         self.scratch = scratch or Path(tempfile.gettempdir()) / "flidec-bench"

@@ -40,9 +40,10 @@ from flidec.compile import compile_artifact
 examples, model, work = (Path(a) for a in sys.argv[1:4])
 names = sys.argv[4:]
 report = {}
-for name in names + [names[0] + "-again"]:
+for name in names + [names[0] + "-again", names[0] + "-fp32"]:
     r = compile_artifact(examples / (name.split("-")[0] + ".flide"), model, "sm_90", work / name,
-                         kernel_cache=work / "kernel-cache")
+                         kernel_cache=work / "kernel-cache", activations=name.split("-")[-1]
+                         if name.endswith("-fp32") else "bf16")
     report[name] = {"seconds": r.seconds, "kernels": r.kernels, "compiled": r.compiled, "bytes": r.bytes}
 print(json.dumps(report))
 """
@@ -226,6 +227,22 @@ def test_inspect_shows_manifest_buckets_and_kernels(gpu_artifacts, capsys) -> No
     assert "INCOMPLETE" not in text
     assert "ticket/r256: rows 256, segments 15, depth 4, reads 12, labels 5, padding <= 18.4%" in text
     assert "fork_attention_kernel" in text and "shared" in text
+
+
+def test_activations_are_a_compile_option_the_manifest_records(gpu_artifacts, capsys) -> None:
+    """--activations fp32 (E4): the manifest says so, inspect shows it, and the recordings' residual stream
+    and Gated DeltaNet inputs are fp32 buffers where the default build's are bf16."""
+    work, _ = gpu_artifacts
+    default, closest = work / NAMES[0], work / f"{NAMES[0]}-fp32"
+    dtypes = {}
+    for path in (default, closest):
+        manifest = json.loads((path / "manifest.json").read_text())
+        recording = json.loads((path / manifest["buckets"][0]["recording"]).read_text())
+        buffers = {b["name"]: b["dtype"] for b in recording["buffers"]}
+        dtypes[path.name] = (manifest["activations"], buffers["embed"], buffers["fork_conv_static"])
+    assert dtypes == {default.name: ("bf16", "bf16", "bf16"), closest.name: ("fp32", "fp32", "fp32")}
+    assert main(["inspect", str(closest)]) == 0
+    assert "  activations fp32 (GEMM operands bf16" in capsys.readouterr().out
 
 
 def test_output_directory_must_be_empty_and_dump_ir_names_a_pass(cpu_artifacts, tiny_checkpoint,
