@@ -701,12 +701,12 @@ def numerics_section(run: dict, extra: list[Path], root: Path) -> str:
     flide, each from the float32 reference, on the run's workloads and on each `extra` results file's
     (another weight seed, the demo model); q/s of the two flidec builds from the same file. A row per
     workload flidec ran."""
-    head = ("model", "workload", "TV fp32 act. / flidec / flide", "fp32 act. / flide", "max|dp| points",
-            "flips", "q/s fp32 act. / flidec")
+    head = ("model (commit)", "workload", "TV fp32 act. / flidec / flide", "fp32 act. / flide",
+            "max \\|dp\\| points", "flips", "q/s fp32 act. / flidec")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     results = [run, *(json.loads((root / p).read_text()) for p in extra)]
     for result in results:
-        model = Path(result["command"].split("--model ")[1].split()[0]).name
+        model = f"{Path(result['command'].split('--model ')[1].split()[0]).name} ({result['commit']})"
         for w in result["workloads"]:
             a, f, p = (cell(result, e, w) for e in ("flidec-fp32", "flidec", "flide"))
             if f is None or f["status"] != "ok":

@@ -137,8 +137,8 @@ def test_the_serve_section_renders_only_from_its_file(tmp_path) -> None:
     text = (ROOT / "BENCHMARKS.md").read_text()
     start = text.index("python -m benchmarks.report")
     argv = shlex.split(text[start : text.index("```", start)].replace("\\\n", " "))[3:]
-    for flag in ("--serve", "--router"):  # the page's serve and router files left out
-        if flag in argv:
+    for flag in ("--serve", "--router", "--numerics"):  # the page's serve, router and numerics files left out
+        while flag in argv:
             at = argv.index(flag)
             argv = argv[:at] + argv[at + 2 :]
     plain = report.page(report.page_parser().parse_args(argv), ROOT)
@@ -250,3 +250,24 @@ def test_the_replicas_scaling_is_computed_from_the_router_and_serve_files(tmp_pa
     assert rows[0] == "| 1 | 400.0 | 2,100.0 | the ingress |"  # SERVE's 812.3 requests/s, past the cap
     assert len(rows) == len(report.REPLICA_COUNTS)
     assert "| replicas" not in report.router_section(router, None, ROOT)  # no single server: no table
+
+
+def test_numerics_section_sets_both_flidec_builds_beside_flide(tmp_path) -> None:
+    """E4's table: a row per workload flidec ran, the three engines' distances, fp32 activations' TV over
+    flide's and their q/s change against the default build; '-' where a file lacks an engine."""
+    def cell(engine: str, tv: float | None, qps: float) -> dict:
+        exact = {"mean_tv": tv, "max_dp_points": 10 * tv, "flips": 1, "reads": 8} if tv else None
+        return {"engine": engine, "workload": "race", "status": "ok", "exact": exact, "qps": qps,
+                "compiling": False}
+
+    cells = [cell("flidec", 0.04, 1000.0), cell("flidec-fp32", 0.01, 900.0), cell("flide", 0.02, 800.0)]
+    run = {"command": "benchmarks/run.py --model /tmp/m0 --engines x", "commit": "c0",
+           "workloads": {"race": {}}, "cells": cells}
+    other = {"command": "benchmarks/run.py --model /tmp/m1", "commit": "c1",
+             "workloads": {"race": {}, "mixed": {}}, "cells": [cell("flidec", 0.05, 100.0)]}
+    (tmp_path / "other.json").write_text(json.dumps(other))
+    lines = report.numerics_section(run, [Path("other.json")], tmp_path).splitlines()
+    assert lines[2] == ("| m0 (c0) | race | 0.01000 / 0.04000 / 0.02000 | 0.50x | 0.10 / 0.40 / 0.20 | "
+                        "1/8 / 1/8 / 1/8 | 900.0 / 1,000.0 (-10.0%) |")
+    assert lines[3] == "| m1 (c1) | race | - / 0.05000 / - | - | - / 0.50 / - | - / 1/8 / - | - / 100.0 |"
+    assert len(lines) == 4  # no row for mixed: flidec did not run it
