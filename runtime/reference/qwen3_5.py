@@ -155,7 +155,8 @@ class Qwen35(nn.Module):
     """Parameters are zeros until `load_weights`; `from_pretrained` builds and loads in one go.
 
     `dtype` is the weights' and the GEMMs' operands'; `activations` (default fp32) the residual stream's, the
-    output projections' results and the Gated DeltaNet's inputs and outputs (E4: ACTIVATIONS)."""
+    projections' results and the Gated DeltaNet's inputs and outputs (docs/DESIGN.md E4; flidec compile
+    --activations)."""
 
     def __init__(self, cfg: TextConfig, dtype: torch.dtype = torch.float32,
                  activations: torch.dtype = torch.float32):
