@@ -8,7 +8,8 @@
 # SERVE_S, default 300 s, setup included; writes serve.json, serve.log and each server's log); BUDGET_S (default 380)
 # is the benchmark's whole budget, checkpoint and compiles included. PROFILE=0 skips the profile; E4=1 runs, instead of the
 # profile and the harness, both flidec builds' distance from float32 beside flide's (E4_S, 300 s), then without flide on a second
-# weight seed (E4_SEED_S, 150 s) and on the demo model's demo workload (E4_DEMO_S, 70 s).
+# weight seed (E4_SEED_S, 150 s) and on the demo model's demo workload (E4_DEMO_S, 70 s). GEMM=1 runs, instead, benchmarks/gemm_library.py
+# (cuBLAS beside the Triton GEMMs at GEMM_SIZES' shapes, capped at GEMM_S, 200 s) and the profile with --host-profile on HOST_WORKLOADS.
 set -uo pipefail
 COMMIT=${1:?usage: bash benchmarks/device.sh COMMIT [BUDGET_S] [ENGINES] [WORKLOADS]}
 BUDGET=${2:-380}
@@ -31,6 +32,12 @@ if [ "${SERVE:-0}" != 0 ]; then  # the server under load (benchmarks/serve_bench
   SERVE_S=${SERVE_S:-300}
   timeout -k 45 "$SERVE_S" python3 benchmarks/serve_bench.py --model /tmp/qwen35-0.8b --commit "$COMMIT" \
     --time-budget-s "$((SERVE_S - 10))" --out "$OUT/serve.json" 2>&1 | tee "$OUT/serve.log"
+  exit 0
+fi
+if [ "${GEMM:-0}" != 0 ]; then  # issue 28's measurements: cuBLAS beside the Triton GEMMs, then the host's share of one request
+  timeout "${GEMM_S:-200}" python3 benchmarks/gemm_library.py --sizes "${GEMM_SIZES:-0.8B,4B}" --out "$OUT/gemm-library.json" 2>&1 | tee "$OUT/gemm-library.log"
+  timeout 150 python3 benchmarks/profile_runtime.py --model /tmp/qwen35-0.8b --workloads "${HOST_WORKLOADS:-race,mixed,quality}" --host-profile \
+    --out "$OUT/host-profile.json" 2>&1 | tee "$OUT/host-profile.log"
   exit 0
 fi
 if [ "${E4:-0}" != 0 ]; then  # E4: both flidec builds beside flide from float32, on seed 0, a second seed, the demo model
