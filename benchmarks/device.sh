@@ -9,7 +9,7 @@
 # is the benchmark's whole budget, checkpoint and compiles included. PROFILE=0 skips the profile; E4=1 runs, instead of the
 # profile and the harness, both flidec builds' distance from float32 beside flide's (E4_S, 300 s), then without flide on a second
 # weight seed (E4_SEED_S, 150 s) and on the demo model's demo workload (E4_DEMO_S, 70 s). GEMM=1 runs, instead, benchmarks/gemm_library.py
-# (cuBLAS beside the Triton GEMMs at GEMM_SIZES' shapes, capped at GEMM_S, 200 s) and the profile with --host-profile on HOST_WORKLOADS.
+# (cuBLAS beside the Triton GEMMs at GEMM_SIZES' shapes, capped at GEMM_S, 300 s) and the profile with --host-profile on HOST_WORKLOADS.
 set -uo pipefail
 COMMIT=${1:?usage: bash benchmarks/device.sh COMMIT [BUDGET_S] [ENGINES] [WORKLOADS]}
 BUDGET=${2:-380}
@@ -35,7 +35,7 @@ if [ "${SERVE:-0}" != 0 ]; then  # the server under load (benchmarks/serve_bench
   exit 0
 fi
 if [ "${GEMM:-0}" != 0 ]; then  # issue 28's measurements: cuBLAS beside the Triton GEMMs, then the host's share of one request
-  timeout "${GEMM_S:-200}" python3 benchmarks/gemm_library.py --sizes "${GEMM_SIZES:-0.8B,4B}" --out "$OUT/gemm-library.json" 2>&1 | tee "$OUT/gemm-library.log"
+  timeout "${GEMM_S:-300}" python3 benchmarks/gemm_library.py --sizes "${GEMM_SIZES:-0.8B,4B}" --out "$OUT/gemm-library.json" 2>&1 | tee "$OUT/gemm-library.log"
   timeout 150 python3 benchmarks/profile_runtime.py --model /tmp/qwen35-0.8b --workloads "${HOST_WORKLOADS:-race,mixed,quality}" --host-profile \
     --out "$OUT/host-profile.json" 2>&1 | tee "$OUT/host-profile.log"
   exit 0
