@@ -10,6 +10,8 @@
 # profile and the harness, both flidec builds' distance from float32 beside flide's (E4_S, 300 s), then without flide on a second
 # weight seed (E4_SEED_S, 150 s) and on the demo model's demo workload (E4_DEMO_S, 70 s). GEMM=1 runs, instead, benchmarks/gemm_library.py
 # (cuBLAS beside the Triton GEMMs at GEMM_SIZES' shapes, capped at GEMM_S, 300 s) and the profile with --host-profile on HOST_WORKLOADS.
+# The profile takes PROFILE_WORKLOADS, and HOST_PROFILE=1 adds its --host-profile; the harness runs on MODEL (default /tmp/qwen35-0.8b),
+# made when missing at MAKE_SIZE (default 0.8B; e.g. MODEL=/tmp/qwen35-4b MAKE_SIZE=4B for the 4B row).
 set -uo pipefail
 COMMIT=${1:?usage: bash benchmarks/device.sh COMMIT [BUDGET_S] [ENGINES] [WORKLOADS]}
 BUDGET=${2:-380}
@@ -52,6 +54,7 @@ if [ "${E4:-0}" != 0 ]; then  # E4: both flidec builds beside flide from float32
     --time-budget-s "${E4_DEMO_S:-70}" --results-dir "$OUT/demo" --commit "$COMMIT" --no-plot 2>&1 | tee "$OUT/demo.log"
   exit 0
 fi
-[ "${PROFILE:-1}" = 0 ] || timeout 150 python3 benchmarks/profile_runtime.py --model /tmp/qwen35-0.8b --workloads "quality,quality*4,race,race*8,mixed" --out "$OUT/profile.json" 2>&1 | tee "$OUT/profile.log"
-python3 benchmarks/run.py --model /tmp/qwen35-0.8b --engines "$ENGINES" --workloads "$WORKLOADS" \
+[ "${PROFILE:-1}" = 0 ] || timeout 150 python3 benchmarks/profile_runtime.py --model /tmp/qwen35-0.8b --workloads "${PROFILE_WORKLOADS:-quality,quality*4,race,race*8,mixed}" \
+  ${HOST_PROFILE:+--host-profile} --out "$OUT/profile.json" 2>&1 | tee "$OUT/profile.log"
+python3 benchmarks/run.py --model "${MODEL:-/tmp/qwen35-0.8b}" --make-size "${MAKE_SIZE:-0.8B}" --engines "$ENGINES" --workloads "$WORKLOADS" \
   --time-budget-s "$BUDGET" --results-dir "$OUT" --commit "$COMMIT" 2>&1 | tee "$OUT/bench.log"
