@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 from flidec.ir.errors import InstanceError
 from flidec.ir.tree import Ask, AskType, Bound, Fork, Node, Text, Tree
@@ -127,11 +127,13 @@ def _tokens_words(b: Bound | None) -> str:
 # ---- validation -----------------------------------------------------------------------------------------
 
 
-def validate_instance(tree: Tree, instance: Any, count_tokens: CountTokens | None = None) -> None:
+def validate_instance(tree: Tree, instance: Any, count_tokens: CountTokens | None = None, *,
+                      values: bool = True) -> None:
     """Raise InstanceError listing every problem of `instance`; return None when it fits `tree`. Values that
     could not be tokenized or written (`value_problems`) are reported alone, before anything reads them, and
-    every text is checked against its bound's most bytes before it is tokenized."""
-    problems = value_problems(instance) or list(_Validator(count_tokens).tree(tree, instance))
+    every text is checked against its bound's most bytes before it is tokenized. `values=False` skips
+    `value_problems` for an instance that already passed them (the runtime's later passes over it)."""
+    problems = (values and value_problems(instance)) or list(_Validator(count_tokens).tree(tree, instance))
     if problems:
         raise InstanceError(problems)
 
@@ -185,39 +187,65 @@ def loads_instance(line: bytes | str) -> Any:
 def value_problems(instance: Any) -> list[str]:
     """What in `instance` no tree accepts, by path: lone surrogates in strings or keys (not Unicode text),
     duplicate keys, nesting over MAX_NESTING levels and integers over MAX_INT_BITS. Iterative, so any depth
-    of nesting is walked safely; each problem says what to do."""
+    of nesting is walked safely; each problem says what to do. A value's path is spelled only for a problem
+    (`_Where`): the walk runs on every request."""
     problems: list[str] = []
-    todo: list[tuple[str, Any, int]] = [("", instance, 0)]
+    todo: list[tuple[_Where | None, Any, int]] = [(None, instance, 0)]
     while todo:
-        path, v, depth = todo.pop()
-        where = path or "instance"
+        at, v, depth = todo.pop()
         if isinstance(v, str):
             if _has_surrogate(v):
-                problems.append(f"{where}: {_surrogate_words(v)}")
+                problems.append(f"{_where(at)}: {_surrogate_words(v)}")
         elif isinstance(v, bool) or v is None or isinstance(v, float):
             pass
         elif isinstance(v, int):
             if v.bit_length() > MAX_INT_BITS:
-                problems.append(f"{where}: an integer of {v.bit_length()} bits; integers are limited to "
+                problems.append(f"{_where(at)}: an integer of {v.bit_length()} bits; integers are limited to "
                                 f"{MAX_INT_DIGITS} digits: write it as a string")
         elif isinstance(v, (dict, list)):
             if depth >= MAX_NESTING:
+                where = _where(at)
                 clipped = where if len(where) <= 80 else where[:80] + "..."
                 problems.append(f"{clipped}: arrays and objects nested over {MAX_NESTING} levels deep; "
                                 "flatten it")
                 continue
             if isinstance(v, list):
-                todo.extend((f"{path}[{i}]", x, depth + 1) for i, x in reversed(list(enumerate(v))))
+                todo.extend((_Where(at, i, True), x, depth + 1) for i, x in reversed(list(enumerate(v))))
                 continue
             for key in getattr(v, "duplicates", ()):
-                problems.append(f"{_key_path(path, key)}: duplicate key; write each key once")
+                problems.append(f"{_key_path(_path(at), key)}: duplicate key; write each key once")
             children = []
             for key, x in v.items():
                 if isinstance(key, str) and _has_surrogate(key):
-                    problems.append(f"{_key_path(path, key)}: the key {_surrogate_words(key)}")
-                children.append((_key_path(path, key), x, depth + 1))
+                    problems.append(f"{_key_path(_path(at), key)}: the key {_surrogate_words(key)}")
+                children.append((_Where(at, key, False), x, depth + 1))
             todo.extend(reversed(children))
     return problems
+
+
+class _Where(NamedTuple):
+    """A value's place in an instance, spelled by `_path` when a problem names it: its container's place
+    (None: the instance) and its key in it (an array's index when `index`)."""
+
+    parent: _Where | None
+    key: Any
+    index: bool
+
+
+def _path(at: _Where | None) -> str:
+    """`at` as value_problems' paths spell it: `a.b[2]["odd key"]`; "" for the instance itself."""
+    steps = []
+    while at is not None:
+        steps.append(at)
+        at = at.parent
+    path = ""
+    for step in reversed(steps):
+        path = f"{path}[{step.key}]" if step.index else _key_path(path, step.key)
+    return path
+
+
+def _where(at: _Where | None) -> str:
+    return _path(at) or "instance"
 
 
 def _has_surrogate(s: str) -> bool:

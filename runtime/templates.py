@@ -101,7 +101,7 @@ class TemplateWalker:
         counted = _counted_texts(self.tree, instance)
         texts = sketch.texts() + [t for d in self.drafts.values() for t in d.draft.texts()] + counted
         encoded = self.fmt.encode_texts(texts)  # one batch: the pieces' texts and the bounded ones
-        validate_instance(self.tree, instance, lambda text: len(encoded[text]))
+        validate_instance(self.tree, instance, lambda text: len(encoded[text]), values=False)
         pieces = {path: d.piece(encoded) for path, d in self.drafts.items()}
         plan = Plan()
         at: list[int] = []  # per sketch segment: its plan segment, or its parent's when it has no tokens
@@ -196,7 +196,7 @@ def _counted_texts(tree: Tree, instance: object) -> list[str]:
         return 0
 
     with suppress(InstanceError):  # zero tokens can be under a minimum: the real count decides, in `plan`
-        validate_instance(tree, instance, record)
+        validate_instance(tree, instance, record, values=False)
     return texts
 
 

@@ -333,6 +333,22 @@ def test_values_built_in_python_are_checked_too():
     assert value_problems(SYSTEMONE_OK) == []
 
 
+def test_paths_spell_python_keys_and_deep_indices():
+    obj = {"state": [[0, {3: "\ud800"}]], "questions": {"a b": [1, 10**4100]}}
+    assert [p.split(":")[0] for p in value_problems(obj)] == ['state[0][1]["3"]', 'questions["a b"][1]']
+
+
+def test_values_false_skips_value_problems_only():
+    tree = example_tree("systemone")
+    bad = loads_instance(b'{"state": "x", "state": "y", "questions": {"a": {"type": "noul"}}}')
+    with pytest.raises(InstanceError):
+        validate_instance(tree, bad, words)
+    validate_instance(tree, bad, values=False)  # what the runtime's later passes skip: checked before
+    with pytest.raises(InstanceError) as e:
+        validate_instance(tree, {"state": "x"}, values=False)
+    assert any(p.startswith("questions") for p in e.value.problems)
+
+
 def test_oversized_texts_are_refused_by_bytes_without_tokenizing():
     def never(text: str) -> int:
         raise AssertionError("tokenized")
