@@ -42,6 +42,7 @@ from flidec.runtime.next_token import NextTokenFormat
 from flidec.runtime.packing import Piece, pack_streams
 from flidec.runtime.recording import MODEL_DTYPES as DTYPES
 from flidec.runtime.recording import Recording, read_recording
+from flidec.runtime.row_check import check_row_invariance
 from flidec.runtime.saved.keys import scope_of
 from flidec.runtime.saved.point import PointLayout, SavedPoint
 from flidec.runtime.saved.resume import Session, make_point, resume, split_session
@@ -288,13 +289,15 @@ def _stacked(a: _Answered) -> torch.Tensor:
 def load(artifact: str | Path, device: str | torch.device = "cuda", *, dtype: str | None = None,
          served_name: str | None = None, graphs: bool = True, launcher: Launcher | None = None,
          verify_weights: bool = True, saved_states: bool = True, checkpoints: str | Path | None = None,
-         gpu_budget_gib: float = 4.0, host_budget_gib: float = 8.0) -> Program:
+         gpu_budget_gib: float = 4.0, host_budget_gib: float = 8.0, check_rows: bool = True) -> Program:
     """Load an artifact for `device`. CUDA: the artifact's target must be this GPU's (sm_XY) and complete;
     its recordings become CUDA graphs, each captured at its bucket's first use (`graphs=False`: eager launches
     of the same kernels); `dtype`, if given, must be the recordings' weight dtype. CPU: the reference executor
     in `dtype` (default fp32) runs any artifact's model. Every file is hashed against the manifest, the
     weights too unless `verify_weights=False` (a trusted in-place swap of same-sized weights: hashing costs a
-    few seconds a GB). ArtifactError says why not.
+    few seconds a GB). On CUDA, `check_rows` (the default) runs runtime/row_check.py first: the artifact's
+    projection kernels must give a row the same bits at every bucket's rows on this GPU (E3), else the load
+    is refused. ArtifactError says why not.
 
     Saved states (runtime/saved, docs/SAVED_STATES.md; both engines resume): `saved_states`
     turns them on, within `gpu_budget_gib` of GPU memory (a CUDA device) and `host_budget_gib` of host
@@ -321,6 +324,8 @@ def load(artifact: str | Path, device: str | torch.device = "cuda", *, dtype: st
         served_name = (directory if manifest["model"]["weights"] == "weights" else model_dir).name
     if device.type == "cuda":
         engine: Engine = _graph_engine(directory, manifest, model_dir, device, launcher, graphs, dtype)
+        if check_rows:
+            check_row_invariance(engine)
     else:
         if launcher is not None:
             engine = _graph_engine(directory, manifest, model_dir, device, launcher, graphs=False)

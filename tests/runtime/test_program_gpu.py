@@ -89,3 +89,17 @@ def test_isolation_and_same_bits(programs) -> None:
         alone = graphs.run_stream(plain)
         width = len(plain.meta.reads[0].labels)
         assert torch.equal(alone[0, :width], forked[r, :width]), f"E3: read {r} != its plain pass"
+
+
+def test_the_projections_are_row_invariant_on_this_gpu(programs) -> None:
+    """load() ran the check (runtime/row_check.py); run again, it compares the ladder's GEMM kernel records
+    and passes, and the replay after it still answers as before (the check wrote only the arena)."""
+    from flidec.runtime.row_check import check_row_invariance
+
+    graphs, _ = programs
+    before = graphs.run(instances()[:1])
+    start = time.perf_counter()
+    compared = check_row_invariance(graphs.engine)
+    print(f"row check: {compared} launches in {(time.perf_counter() - start) * 1e3:.1f} ms")
+    assert compared >= 6
+    assert graphs.run(instances()[:1]) == before
