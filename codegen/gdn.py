@@ -297,10 +297,10 @@ class ChunkWork:
 
 def gdn_spec(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
              out: torch.Tensor, fused_gate: bool, z: torch.Tensor | None = None,
-             norm_weight: torch.Tensor | None = None, param_dtype: torch.dtype | None = None) -> GdnSpec:
+             norm_weight: torch.Tensor | None = None, a_log: torch.Tensor | None = None) -> GdnSpec:
     """The spec of a launch on these tensors (checking what the kernels assume of them); with z and
-    norm_weight, the outputs are normed by the gated RMS norm; `param_dtype`: A_log's and dt_bias's when
-    fused and not a's."""
+    norm_weight, the outputs are normed by the gated RMS norm; `a_log` (fused gates): its dtype is A_log's
+    and dt_bias's in the kernel where it is not a's."""
     hk, dk = k.shape[1:]
     hv, dv = v.shape[1:]
     if dk not in KEY_DIMS or dv not in TILES:
@@ -329,7 +329,8 @@ def gdn_spec(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
     strides = tuple((t.stride(0), t.stride(1)) for t in (q, k, v, g, beta, out))
     return GdnSpec(dtype=q.dtype, gate_dtype=g.dtype, out_dtype=out.dtype, num_k_heads=hk, num_v_heads=hv,
                    key_dim=dk, value_dim=dv, fused_gate=fused_gate, strides=strides, norm=norm,
-                   param_dtype=param_dtype)
+                   param_dtype=a_log.dtype if fused_gate and a_log is not None and a_log.dtype != g.dtype
+                   else None)
 
 
 def slot_buffer(num_slots: int, num_v_heads: int, key_dim: int, value_dim: int,
@@ -369,8 +370,7 @@ def fork_gdn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
         raise ValueError("to fuse the gate pass both a_log and dt_bias, in one dtype")
     if out is None:
         out = torch.full(v.shape, float("nan"), dtype=v.dtype, device=v.device)
-    param_dtype = a_log.dtype if fused and a_log.dtype != g.dtype else None
-    spec = gdn_spec(q, k, v, g, beta, out, fused, *(norm[:2] if norm else (None, None)), param_dtype)
+    spec = gdn_spec(q, k, v, g, beta, out, fused, *(norm[:2] if norm else (None, None)), a_log)
     tables = gdn_tables(meta, levels, per_level, num_slots, num_chunks)
     if slots is None:
         slots = slot_buffer(tables.num_slots, spec.num_v_heads, spec.key_dim, spec.value_dim, q.device)

@@ -231,8 +231,7 @@ def _gdn_calls(ctx: EmitContext, out: torch.Tensor, q: torch.Tensor, k: torch.Te
     wrote."""
     b = ctx.bucket
     fused = a_log is not None  # g and beta are the raw projections a and b: the prep computes the gates
-    param_dtype = a_log.dtype if fused and a_log.dtype != g.dtype else None
-    spec = gdn.gdn_spec(q, k, v, g, beta, out, fused, *(norm[:2] if norm else (None, None)), param_dtype)
+    spec = gdn.gdn_spec(q, k, v, g, beta, out, fused, *(norm[:2] if norm else (None, None)), a_log)
     per_level, chunks = b.segments, tables.max_chunks(b.rows, b.segments)
     capacity = f"per_level={per_level},slots={b.segments},chunks={chunks}"
     items = ctx.table("gdn_items", (b.depth * per_level, len(tables.ITEM_FIELDS)), torch.int32,

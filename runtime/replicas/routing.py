@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from flidec.ir.tree import Tree
+from flidec.runtime.saved.keys import chain_keys
 from flidec.runtime.saved.resume import SESSION_KEY
 
 BLOCK_BYTES = 256  # about 64 tokens of prose, the saved-state store's block: a short state has keys too
@@ -43,11 +44,7 @@ def text_keys(scope: bytes, text: str) -> tuple[str, ...]:
     """The keys of `text`'s prefixes of 1, 2, ... whole blocks (hex, 32 digits each)."""
     data = text.encode("utf-8", "surrogatepass")
     blocks = min(len(data) // BLOCK_BYTES, MAX_BLOCKS)
-    out, h = [], scope
-    for b in range(blocks):
-        h = hashlib.blake2b(h + data[b * BLOCK_BYTES : (b + 1) * BLOCK_BYTES], digest_size=16).digest()
-        out.append(h.hex())
-    return tuple(out)
+    return tuple(chain_keys(scope, (data[b * BLOCK_BYTES : (b + 1) * BLOCK_BYTES] for b in range(blocks))))
 
 
 def route_of(instance: object, tree: Tree) -> Route:

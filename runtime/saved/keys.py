@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -36,8 +36,15 @@ def prefix_keys(scope: str, tokens: Sequence[int] | np.ndarray, blocks: int) -> 
     """The keys of the prefixes of 1 .. `blocks` whole blocks of `tokens` (hex, 32 digits each)."""
     ids = np.asarray(tokens, dtype=np.int64)
     assert blocks * BLOCK <= len(ids), "a key covers whole blocks of the tokens"
-    out, h = [], bytes.fromhex(scope)
-    for b in range(blocks):
-        h = hashlib.blake2b(h + ids[b * BLOCK : (b + 1) * BLOCK].tobytes(), digest_size=16).digest()
+    return chain_keys(bytes.fromhex(scope),
+                      (ids[b * BLOCK : (b + 1) * BLOCK].tobytes() for b in range(blocks)))
+
+
+def chain_keys(seed: bytes, blocks: Iterable[bytes]) -> list[str]:
+    """Each block's key chained on the one before (the first on `seed`): a key names its whole prefix, so
+    equal keys mean equal prefixes (hex, 32 digits each)."""
+    out, h = [], seed
+    for block in blocks:
+        h = hashlib.blake2b(h + block, digest_size=16).digest()
         out.append(h.hex())
     return out
