@@ -137,7 +137,7 @@ def test_the_serve_section_renders_only_from_its_file(tmp_path) -> None:
     text = (ROOT / "BENCHMARKS.md").read_text()
     start = text.index("python -m benchmarks.report")
     argv = shlex.split(text[start : text.index("```", start)].replace("\\\n", " "))[3:]
-    for flag in ("--serve", "--router", "--numerics"):  # the page's serve, router and numerics files left out
+    for flag in ("--serve", "--router", "--numerics", "--size", "--gemm"):  # the files after --serve left out
         while flag in argv:
             at = argv.index(flag)
             argv = argv[:at] + argv[at + 2 :]
@@ -271,3 +271,31 @@ def test_numerics_section_sets_both_flidec_builds_beside_flide(tmp_path) -> None
                         "1/8 / 1/8 / 1/8 | 900.0 / 1,000.0 (-10.0%) |")
     assert lines[3] == "| m1 (c1) | race | - / 0.05000 / - | - | - / 0.50 / - | - / 1/8 / - | - / 100.0 |"
     assert len(lines) == 4  # no row for mixed: flidec did not run it
+
+
+def test_sizes_section_sets_flidec_beside_flide_per_workload(tmp_path) -> None:
+    def cell(engine: str, qps: float, p50: float) -> dict:
+        return {"engine": engine, "workload": "race", "status": "ok", "qps": qps, "p50_ms": p50,
+                "peak_fraction": qps / 1000, "compiling": False, "latency_compiling": False}
+
+    result = {"model": {"hidden": 2560, "layers": 32, "token_gflops": 7.2782}, "workloads": {"race": {}},
+              "cells": [cell("flidec", 240.0, 25.0), cell("flide", 300.0, 20.0)]}
+    (tmp_path / "big.json").write_text(json.dumps(result))
+    lines = report.sizes_section([Path("big.json")], tmp_path).splitlines()
+    assert lines[2] == ("| big.json | 2560 hidden, 32 layers, 7.28 GFLOP a token | race | 240.0 / 300.0 | "
+                        "0.80x | 24.0 / 30.0 | 25.00 / 20.00 | 1.25x |")
+    assert len(lines) == 3
+
+
+def test_gemm_section_lists_where_cublas_differs_and_both_times(tmp_path) -> None:
+    bits = [{"size": "0.8B", "n": 1024, "k": 3584, "out": o, "rows_not_triton": [1, 64],
+             "rows_not_invariant": [1]} for o in ("bfloat16", "float32")]
+    bits.append({"size": "0.8B", "n": 16, "k": 1024, "out": "bfloat16", "rows_not_triton": [],
+                 "rows_not_invariant": []})
+    time = [{"size": "0.8B", "rows": 1024, "down": {"triton_ms": 0.0268, "torch_ms": 0.0187}}]
+    (tmp_path / "g.json").write_text(json.dumps({"gpu": "H200", "torch": "2.11", "bits": bits, "time": time}))
+    text = report.gemm_section(Path("g.json"), tmp_path)
+    assert "- 0.8B, W 1024 x 3584: 1, 64 / 1; the same bits at every count above" in text
+    assert "- the same bits at every row count: 0.8B 16 x 1024" in text
+    assert text.endswith("| 0.8B | 1,024 | 0.027 / 0.019 |")
+    assert report.gemm_section(None, tmp_path) == "No `--gemm` file given."
