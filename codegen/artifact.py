@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import save_file
 
 import flidec
 from flidec.codegen import aot
@@ -29,6 +30,7 @@ from flidec.ir.program_printer import print_program
 from flidec.ir.serde import spec_to_json
 from flidec.ir.tree import Spec
 from flidec.runtime.artifact import FORMAT, weights_hash
+from flidec.runtime.decision.format import HEAD_FILE, DecisionFormat
 from flidec.runtime.launch import CompiledKernel
 from flidec.runtime.recording import Recording, write_recording
 
@@ -48,6 +50,8 @@ class ArtifactInputs:
     kernels: Mapping[str, CompiledKernel]  # KernelSpec key -> compiled kernel
     bundle_weights: bool = False
     activations: str | None = None  # a GPU target's --activations; None for cpu (the executor's own)
+    decision: DecisionFormat | None = None  # the checkpoint's decision format, written as format.json
+    head: Mapping[str, torch.Tensor] | None = None  # its readout head, written as format/readout.safetensors
 
 
 def sha256_file(path: Path) -> str:
@@ -82,6 +86,11 @@ def write_artifact(inputs: ArtifactInputs, out: Path) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     (out / "tree.json").write_bytes(canonical(spec_to_json(inputs.spec)))
     (out / "program.txt").write_text(print_program(inputs.program), encoding="utf-8")
+    if inputs.decision is not None:
+        (out / "format.json").write_bytes(canonical(inputs.decision.to_json()))
+        if inputs.head is not None:
+            (out / "format").mkdir()
+            save_file({k: v.contiguous() for k, v in sorted(inputs.head.items())}, str(out / HEAD_FILE))
     model = inputs.model_dir
     tokenizer = [model / n for n in TOKENIZER_FILES if (model / n).exists()]
     for f in tokenizer:

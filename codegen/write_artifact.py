@@ -20,5 +20,6 @@ def write_artifact(ks: levels.Kernels, ctx: CompileContext) -> levels.Artifact:
     rs = ks.recordings
     manifest = artifact.write_artifact(
         artifact.ArtifactInputs(ctx.spec, ctx.spec_source, rs.program, ctx.model_dir, ctx.target,
-                                rs.by_bucket, ks.by_key, ctx.bundle_weights, ctx.activations), ctx.out)
+                                rs.by_bucket, ks.by_key, ctx.bundle_weights, ctx.activations, ctx.decision,
+                                ctx.head), ctx.out)
     return levels.Artifact(ctx.out, manifest, ks.compiled)

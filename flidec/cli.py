@@ -104,7 +104,7 @@ def run_inspect(args: argparse.Namespace) -> int:
         from flidec.runtime.artifact import load_manifest
 
         manifest = load_manifest(args.spec, allow_incomplete=True)
-        print(inspect_artifact(manifest))
+        print(inspect_artifact(manifest, _decision_lines(Path(args.spec))))
         print(inspect_saved_states(Path(args.spec), manifest))
         return 0
 
@@ -181,8 +181,9 @@ def inspect_tree(tree: Tree) -> str:
     return "\n".join(lines)
 
 
-def inspect_artifact(m: dict) -> str:
-    """An artifact's manifest as text: versions and target, hashes, buckets with padding, kernels."""
+def inspect_artifact(m: dict, decision: list[str] | None = None) -> str:
+    """An artifact's manifest as text: versions and target, hashes, its decision format's lines
+    (`decision`, flidec.runtime.decision.describe), buckets with padding, kernels."""
     v = m["versions"]
     lines = [f"artifact for {m['target']}: flidec {v['flidec']}, torch {v['torch']}, triton {v['triton']}"
              + ("" if m["complete"] else f"  INCOMPLETE (no kernels for {', '.join(m['missing_kernels'])})"),
@@ -192,6 +193,7 @@ def inspect_artifact(m: dict) -> str:
              f"  files    {len(m['files'])}",
              *([f"  activations {m['activations']} (GEMM operands bf16; flidec compile --activations)"]
                if "activations" in m else []),
+             *(decision or []),
              "  buckets:"]
     for b in m["buckets"]:
         extra = (f"  arena {b['arena_bytes'] / 2**20:.1f} MiB, {b['launches']} launches"
@@ -205,6 +207,14 @@ def inspect_artifact(m: dict) -> str:
             lines.append(f"    {k['name']:<24} {k['digest'][:12]}  warps {k['num_warps']}, "
                          f"shared {k['shared']} B")
     return "\n".join(lines)
+
+
+def _decision_lines(directory: Path) -> list[str] | None:
+    """An artifact's decision format as inspect prints it (None: the artifact reads next_token)."""
+    from flidec.runtime.decision.load import load_reading
+
+    reading = load_reading(directory)
+    return None if reading is None else reading.describe()
 
 
 def inspect_saved_states(directory: Path, m: dict) -> str:
@@ -268,6 +278,10 @@ def add_compile(sub: argparse._SubParsersAction) -> None:
                    "DeltaNet's inputs and outputs; the GEMMs' operands are bf16 either way. fp32 is the "
                    "closest to the float32 model, at a throughput cost (docs/DESIGN.md E4, BENCHMARKS.md); "
                    "default bf16")
+    p.add_argument("--format", metavar="FILE|next_token",
+                   help="how the model is asked and read: a flide-template-v1 JSON file (docs/FORMATS.md), "
+                   "or next_token (the generic chat reading); default: the checkpoint's decision_config.json "
+                   "when it declares flide-template-v1, else the spec's format line")
     p.set_defaults(run=run_compile)
 
 
@@ -285,7 +299,7 @@ def run_compile(args: argparse.Namespace) -> int:
                                   bundle_weights=args.bundle_weights, dump_after=after,
                                   disabled=args.disable_pass, time_passes=args.time_passes,
                                   kernel_cache=Path(args.kernel_cache) if args.kernel_cache else None,
-                                  activations=args.activations)
+                                  activations=args.activations, format=args.format)
     except SpecError as e:
         print(e.render(), file=sys.stderr)
         return 1
@@ -392,6 +406,9 @@ def add_run(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--served-name", help="the model name System One responses report (default: the model "
                    "directory's name)")
     p.add_argument("--quiet", action="store_true", help="no progress line")
+    p.add_argument("--format", metavar="FILE|next_token",
+                   help="a .flide spec: how the model is read, as flidec compile --format (default: the "
+                   "checkpoint's decision_config.json, else the spec's format)")
     g = p.add_argument_group("saved states (an artifact; docs/SAVED_STATES.md)")
     g.add_argument("--checkpoints", metavar="DIR", help="also write every saved point to DIR, and resume "
                    "from the points earlier runs wrote there")
@@ -417,7 +434,7 @@ def run_run(args: argparse.Namespace) -> int:
     saved = SavedOptions(not args.no_saved_states, args.checkpoints, args.saved_gpu_gib, args.saved_host_gib)
     summary = run(args.spec, model, args.instances, args.out, tree=args.tree, device=args.device,
                   dtype=args.dtype, max_stream_tokens=args.max_stream_tokens, served_name=args.served_name,
-                  progress=not args.quiet, trust_weights=args.trust_weights, saved=saved)
+                  progress=not args.quiet, trust_weights=args.trust_weights, saved=saved, format=args.format)
     print(f"{summary.answered} answered, {summary.failed} failed, {summary.questions} questions in "
           f"{summary.wall_s:.1f} s ({summary.questions_per_s:.1f} questions/s); results in "
           f"{Path(args.out) / 'results.jsonl'}")

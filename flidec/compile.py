@@ -26,10 +26,10 @@ import torch
 import torch.fx
 
 from flidec.codegen import compile_kernels, record_buckets, write_artifact  # noqa: F401 (registers them)
-from flidec.formats import make_format
+from flidec.formats import resolve_format
 from flidec.frontend import load_spec
 from flidec.ir.errors import FlideError
-from flidec.ir.tree import Spec
+from flidec.ir.tree import Format, Spec
 from flidec.models.config import TextConfig
 from flidec.models.tokenizer import load_tokenizer
 from flidec.models.weights import resolve_model
@@ -63,7 +63,7 @@ def compile_artifact(spec_path: str | Path, model: str | Path, target: str, out:
                      tree: str | None = None, bundle_weights: bool = False,
                      dump_after: Sequence[str] = (), disabled: Sequence[str] = (), time_passes: bool = False,
                      kernel_cache: Path | None = None, log: TextIO | None = None,
-                     activations: str = "bf16") -> CompileReport:
+                     activations: str = "bf16", format: str | None = None) -> CompileReport:
     start = time.perf_counter()
     if target not in TARGETS:
         raise FlideError(f"unknown target {target!r} (supported: {', '.join(TARGETS)})")
@@ -83,7 +83,7 @@ def compile_artifact(spec_path: str | Path, model: str | Path, target: str, out:
     staging = _staging_dir(out)  # before any expensive work: OUT must be new or empty, its parent writable
     try:
         report = _compile_into(staging, spec_path, model, target, tree, bundle_weights, dump, skip,
-                               time_passes, kernel_cache, log, activations)
+                               time_passes, kernel_cache, log, activations, format)
         try:
             os.replace(staging, out)  # onto an absent or empty OUT (POSIX rename of a directory)
         except OSError as e:
@@ -113,16 +113,22 @@ def _staging_dir(out: Path) -> Path:
 
 def _compile_into(out: Path, spec_path: str | Path, model: str | Path, target: str, tree: str | None,
                   bundle_weights: bool, dump: set[str], skip: set[str], time_passes: bool,
-                  kernel_cache: Path | None, log: TextIO | None, activations: str) -> CompileReport:
+                  kernel_cache: Path | None, log: TextIO | None, activations: str,
+                  format: str | None) -> CompileReport:
     """The compile itself, writing the artifact into `out` (an empty directory)."""
     spec, source = load_spec(spec_path)
     spec = _only(spec, tree)
     model_dir = resolve_model(str(model))
-    ctx = CompileContext(fmt=make_format(spec.format, load_tokenizer(model_dir)), target=target,
-                         kernel_cache=kernel_cache, spec=spec, spec_source=source.encode(),
-                         model_dir=model_dir, bundle_weights=bundle_weights, out=out,
-                         activations=activations if target != "cpu" else None)
     to = log or sys.stderr  # sys.stderr as it is now (a test may have replaced it)
+    chosen = resolve_format(spec.format, model_dir, load_tokenizer(model_dir), format, str(model))
+    if chosen.decision is not None:  # the artifact's tree.json says the runtime reads format.json
+        spec = dataclasses.replace(spec, format=Format("decision", (), spec.format.loc))
+    if chosen.note:
+        to.write(f"note: {chosen.note}\n")
+    ctx = CompileContext(fmt=chosen.fmt, target=target, kernel_cache=kernel_cache, spec=spec,
+                         spec_source=source.encode(), model_dir=model_dir, bundle_weights=bundle_weights,
+                         out=out, activations=activations if target != "cpu" else None,
+                         decision=chosen.decision, head=chosen.head)
     timings: list[Timing] = []
 
     def run_pipeline(ir: Any, names: Sequence[str], ctx: CompileContext, level: str) -> Any:
@@ -135,8 +141,9 @@ def _compile_into(out: Path, spec_path: str | Path, model: str | Path, target: s
 
     program = run_pipeline(spec, TREE_PIPELINE, ctx, "tree")
     if target != "cpu":
+        rows = chosen.head["weight"].shape[0] if chosen.head else 0
         traced = torch.fx.symbolic_trace(Qwen35(TextConfig.from_dir(model_dir), GPU_DTYPE,
-                                                ACTIVATIONS[activations]))
+                                                ACTIVATIONS[activations], head_rows=rows))
         ctx = dataclasses.replace(ctx, graph=run_pipeline(traced, GRAPH_PIPELINE, ctx, "fx"))
     written = run_pipeline(program, BUILD_PIPELINE, ctx, "program")  # a codegen/levels.Artifact
     if time_passes:

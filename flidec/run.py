@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 import torch.fx
 
-from flidec.formats import make_format
+from flidec.formats import resolve_format
 from flidec.frontend import load_spec
 from flidec.ir.errors import FlideError, InstanceError
 from flidec.ir.instance import loads_instance, validate_instance, value_problems
@@ -37,6 +37,7 @@ from flidec.models.tokenizer import load_tokenizer
 from flidec.models.weights import resolve_model
 from flidec.runtime.answers import assemble
 from flidec.runtime.binder import Plan, Shape, Walker, bound_from_plans
+from flidec.runtime.decision.reading import DecisionReading
 from flidec.runtime.program import error_record
 from flidec.runtime.recording import MODEL_DTYPES as DTYPES
 from flidec.runtime.reference.executor import ReferenceExecutor
@@ -190,11 +191,16 @@ def check_device(device: str) -> None:
 class Answerer:
     """The model traced once, the format and the executor: answers lists of instances."""
 
-    def __init__(self, spec: Spec, tree: Tree, model: str, device: str, dtype: str, served_name: str | None):
+    def __init__(self, spec: Spec, tree: Tree, model: str, device: str, dtype: str, served_name: str | None,
+                 format: str | None = None):
         model_dir = resolve_model(model)
         self.tree = tree
-        self.fmt = make_format(spec.format, load_tokenizer(model_dir))
-        module = Qwen35.from_pretrained(model_dir, DTYPES[dtype]).to(device)
+        chosen = resolve_format(spec.format, model_dir, load_tokenizer(model_dir), format, model)
+        if chosen.note:
+            print(f"note: {chosen.note}", file=sys.stderr)
+        self.fmt = chosen.fmt
+        readout = None if chosen.head is None else chosen.head["weight"]
+        module = Qwen35.from_pretrained(model_dir, DTYPES[dtype], readout=readout).to(device)
         self.executor = ReferenceExecutor(torch.fx.symbolic_trace(module))
         self.device = device
         self.served_name = served_name or model_dir.name
@@ -202,7 +208,8 @@ class Answerer:
     def answer(self, instances: list[object], max_stream_tokens: int, summary: Summary) -> list[dict]:
         """Answers (or error objects) for `instances`, in order. Each instance is validated and tokenized
         once; its plan sizes it for packing and is packed as it is."""
-        walker = Walker(self.tree, self.fmt, verify=True)
+        walker = self.fmt.walker(self.tree, verify=True) if isinstance(self.fmt, DecisionReading) else \
+            Walker(self.tree, self.fmt, verify=True)
 
         def plan(inst: object) -> tuple[Plan, Shape] | InstanceError:
             try:
@@ -317,7 +324,7 @@ class SavedOptions:
 def run(spec_path: str, model: str | None, instances_path: str, out_dir: str, *, tree: str | None = None,
         device: str = "cpu", dtype: str | None = None, max_stream_tokens: int | None = None, window: int = 64,
         served_name: str | None = None, progress: bool = True, trust_weights: bool = False,
-        saved: SavedOptions | None = None) -> Summary:
+        saved: SavedOptions | None = None, format: str | None = None) -> Summary:
     instances = Path(instances_path)
     if not instances.exists() or instances.is_dir():
         what = "a directory" if instances.is_dir() else "no such file"
@@ -327,7 +334,7 @@ def run(spec_path: str, model: str | None, instances_path: str, out_dir: str, *,
         raise FlideError(f"{source} is a directory but not an artifact (no manifest.json): give a .flide "
                          "spec or a directory `flidec compile -o` finished writing")
     check_device(device)
-    _refuse_ignored(source, model, max_stream_tokens, trust_weights, saved)
+    _refuse_ignored(source, model, max_stream_tokens, trust_weights, saved, format)
     max_stream_tokens = 8192 if max_stream_tokens is None else max_stream_tokens
     dtype = dtype or (None if source.is_dir() and device != "cpu" else "fp32")  # cuda: the artifact's own
     output = OutputDir(Path(out_dir))
@@ -341,7 +348,7 @@ def run(spec_path: str, model: str | None, instances_path: str, out_dir: str, *,
             spec, _ = load_spec(spec_path)
             model = model or str(DEMO_MODEL)  # the CLI says so on stderr
             chosen = pick_tree(spec, tree)
-            answerer = Answerer(spec, chosen, model, device, dtype or "fp32", served_name)
+            answerer = Answerer(spec, chosen, model, device, dtype or "fp32", served_name, format)
         summary = Summary()
         start = time.perf_counter()
         assert output.tmp is not None
@@ -368,13 +375,14 @@ def run(spec_path: str, model: str | None, instances_path: str, out_dir: str, *,
 
 
 def _refuse_ignored(source: Path, model: str | None, max_stream_tokens: int | None,
-                    trust_weights: bool, saved: SavedOptions | None) -> None:
+                    trust_weights: bool, saved: SavedOptions | None, format: str | None = None) -> None:
     """Options the chosen path would ignore are refused, never dropped silently."""
     if not source.is_dir() and saved is not None and saved != SavedOptions():
         raise FlideError("saved states (--checkpoints, --no-saved-states, --saved-*-gib) apply to an "
                          "artifact, not to a .flide spec: compile it first")
     if source.is_dir():
-        for flag, value in (("--model", model), ("--max-stream-tokens", max_stream_tokens)):
+        for flag, value in (("--model", model), ("--max-stream-tokens", max_stream_tokens),
+                            ("--format", format)):
             if value is not None:
                 raise FlideError(f"{flag} does not apply to an artifact ({source} brings its own model and "
                                  "packs into its buckets): leave it out, or run the .flide spec")

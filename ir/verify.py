@@ -30,7 +30,7 @@ from flidec.ir.tree import (
 )
 
 MODELS = ("qwen3_5",)
-FORMAT_STYLES = {"next_token": ("vllm",)}
+FORMAT_STYLES = {"next_token": ("vllm",), "decision": ()}  # decision: the checkpoint's own (docs/FORMATS.md)
 # The labels next_token reads: yes/no; letters A..Z then two-letter labels up to 255; digits and letters.
 LABELS = {"noul": (2, 2), "choice": (2, 255), "score": (2, 10)}
 WIRES = ("systemone",)
@@ -132,7 +132,13 @@ def _check_model_and_format(spec: Spec) -> Iterator[Diagnostic]:
     fmt = spec.format
     if fmt.name not in FORMAT_STYLES:
         yield Diagnostic(fmt.loc, f"unknown format `{fmt.name}`",
-                         'the known format: next_token(style="vllm")')
+                         'the known formats: next_token(style="vllm") and decision')
+        return
+    if fmt.name == "decision":
+        if fmt.options:
+            yield Diagnostic(fmt.loc, "format decision takes no options",
+                             "the checkpoint's decision_config.json (or flidec compile --format FILE) says "
+                             "how it is read: write `format decision`")
         return
     styles = FORMAT_STYLES[fmt.name]
     options = dict(fmt.options)

@@ -17,6 +17,8 @@ import torch.fx
 
 from flidec.ir.template import Sizes
 from flidec.ir.tree import Spec
+from flidec.runtime.decision.format import DecisionFormat
+from flidec.runtime.decision.reading import DecisionReading
 from flidec.runtime.next_token import NextTokenFormat
 
 PADDING = 0.25  # the stated worst-case padding of a bucket ladder
@@ -30,7 +32,7 @@ class CompileContext:
     graph lowered by GRAPH_PIPELINE (None for cpu, whose artifact has no recordings), the kernel cache, and
     the spec, its source, the model directory and the directory the artifact is written into."""
 
-    fmt: NextTokenFormat | None = None
+    fmt: NextTokenFormat | DecisionReading | None = None
     profile: Mapping[str, Sequence[Sizes]] = field(default_factory=dict)
     padding: float = PADDING
     max_rows: int = MAX_ROWS
@@ -43,3 +45,5 @@ class CompileContext:
     bundle_weights: bool = False
     out: Path | None = None
     activations: str | None = None  # a GPU target's --activations (flidec/compile.py ACTIVATIONS)
+    decision: DecisionFormat | None = None  # the checkpoint's decision format (None: fmt is next_token)
+    head: Mapping[str, torch.Tensor] | None = None  # its readout head's "weight" (and "bias"), fp32

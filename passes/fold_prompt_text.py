@@ -28,6 +28,7 @@ from flidec.ir.template import (
 from flidec.ir.tree import Ask, Bound, Fork, Node, Spec, Text, Tree
 from flidec.passes.context import CompileContext
 from flidec.passes.manager import register
+from flidec.runtime.decision.reading import DecisionReading
 from flidec.runtime.next_token import REPLY, SEP, NextTokenFormat
 
 JOIN = 1  # tokens one junction between two separately counted texts may add (see module doc)
@@ -38,6 +39,8 @@ def fold_prompt_text(spec: Spec, ctx: CompileContext) -> Templates:
     fmt = ctx.fmt
     if fmt is None:
         raise ValueError("fold_prompt_text needs the context's format (a tokenizer): ctx.fmt is None")
+    if isinstance(fmt, DecisionReading):
+        return Templates(tuple(fold_decision_tree(tree, fmt) for tree in spec.trees))
     return Templates(tuple(fold_tree(tree, fmt) for tree in spec.trees))
 
 
@@ -167,3 +170,50 @@ def _freeze_child(c: _Seg | _Rep) -> Child:
     if isinstance(c, _Rep):
         return Repeat(c.kind, c.key, c.lo, c.hi, tuple(_freeze_child(b) for b in c.body))  # type: ignore[arg-type]
     return _freeze(c)
+
+
+def fold_decision_tree(tree: Tree, reading: DecisionReading) -> TreeTemplate:
+    """A tree's segments under a decision format, for sizing only: its walker (runtime/decision/reading.py)
+    renders each question's whole prompt and cuts the segments where the prompts part, so no constant is
+    pre-tokenized here. Each slot's bound adds the format's own framing (a one-question probe prompt's
+    tokens, DecisionReading.probe_tokens) to the spec's token bounds: an upper bound of the segment, and the
+    largest bucket holds the longest path it allows; the walker refuses a path over it."""
+    frame = max(reading.probe_tokens(t.kind, t.options.hi) for ask in _all_asks(tree.body) for t in ask.types)
+    root = _Seg([Slot("state", tree.state.name, tree.state.bound.max_tokens + frame + 2 * JOIN)])
+    _DecisionFolder(reading).body(tree.body, root, root.children, True, "")
+    return TreeTemplate(tree.name, _freeze(root), tree.buckets)
+
+
+class _DecisionFolder(_Folder):
+    def __init__(self, reading: DecisionReading):
+        self.r = reading
+        self.sep = reading.count_tokens(SEP)
+
+    def text(self, node: Text) -> Piece | None:
+        if isinstance(node.value, Bound):
+            return Slot("text", str(node.name), node.value.max_tokens + self.sep + JOIN)
+        text = node.value.lstrip()
+        return Const(tuple(self.r.tok.encode(text + SEP))) if text else None
+
+    def ask(self, ask: Ask, path: str) -> _Seg:
+        fmt = self.r.fmt
+        most = max(len(rows) for rows in fmt.rows.values())
+        n = 0
+        if isinstance(ask.instructions, Bound):
+            n += ask.instructions.max_tokens + 2 * JOIN
+        if isinstance(ask.criteria, Bound):
+            n += ask.criteria.max_tokens + 4 * JOIN * max(t.options.hi for t in ask.types)
+        frame = max(self.r.probe_tokens(t.kind, t.options.hi) for t in ask.types)
+        labels = max((2 if t.kind == "noul" else min(t.options.hi, fmt.most_options(t.kind))) * most
+                     for t in ask.types)
+        return _Seg([Slot("question", path, n + frame)], [ReadTemplate(path, (), max(2, labels))])
+
+
+def _all_asks(body: tuple[Node, ...]) -> list[Ask]:
+    out: list[Ask] = []
+    for node in body:
+        if isinstance(node, Ask):
+            out.append(node)
+        elif isinstance(node, Fork):
+            out += _all_asks(node.body)
+    return out

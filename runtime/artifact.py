@@ -26,8 +26,9 @@ from flidec import (
 from flidec.ir.errors import ArtifactError
 
 # 3: kernels that take Triton's global scratch (device-built TMA descriptors); 4: `files` lists every file (a
-# file not listed is refused) and `model.weight_sha256` pins each weight file, checked at load
-FORMAT = 5
+# file not listed is refused) and `model.weight_sha256` pins each weight file, checked at load; 6: a decision
+# format's format.json and readout head (runtime/decision), read when tree.json's format is `decision`
+FORMAT = 6
 WEIGHT_SUFFIXES = (".safetensors", ".safetensors.index.json")  # what `verify_weights=False` leaves unhashed
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
@@ -139,7 +140,7 @@ def load_manifest(directory: str | Path, target: str | None = None, allow_incomp
         raise ArtifactError(f"{path}: unreadable manifest ({e})") from None
     fmt = manifest.get("flidec_artifact") if isinstance(manifest, dict) else None
     if fmt != FORMAT or isinstance(fmt, bool):
-        why = "; recompile it" + (" (format 5 recordings restore and capture saved states)"
+        why = "; recompile it" + (" (format 6 artifacts carry the checkpoint's decision format)"
                                   if isinstance(fmt, int) and fmt < FORMAT else "")
         raise ArtifactError(f"{path}: artifact format {fmt!r}, this runtime reads format {FORMAT}{why}")
     versions = manifest.get("versions")

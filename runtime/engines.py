@@ -83,10 +83,11 @@ class ReferenceEngine:
     needs_bucket = False
     resumes = True
 
-    def __init__(self, model_dir: Path, dtype: torch.dtype, device: torch.device):
+    def __init__(self, model_dir: Path, dtype: torch.dtype, device: torch.device,
+                 readout: torch.Tensor | None = None):
         from flidec.runtime.reference.executor import ReferenceExecutor
 
-        module = Qwen35.from_pretrained(model_dir, dtype).to(device)
+        module = Qwen35.from_pretrained(model_dir, dtype, readout=readout).to(device)
         self.executor = ReferenceExecutor(torch.fx.symbolic_trace(module))
         self.device = device
         self.layout = PointLayout.of(module.cfg, dtype, module.act)

@@ -28,6 +28,7 @@ from flidec.ir.instance import validate_instance
 from flidec.ir.program import Bucket, TreeProgram
 from flidec.ir.program_printer import parse_program
 from flidec.ir.serde import spec_from_json
+from flidec.ir.template import worst_path_rows
 from flidec.ir.tree import Tree
 from flidec.models.config import TextConfig
 from flidec.models.tokenizer import load_tokenizer
@@ -35,6 +36,8 @@ from flidec.models.weights import load_weights
 from flidec.runtime.answers import answer_instance
 from flidec.runtime.artifact import load_manifest, weights_dir
 from flidec.runtime.binder import BoundStream, Plan, Shape, bound_from_plans, merge_chains
+from flidec.runtime.decision.load import load_head, load_reading
+from flidec.runtime.decision.reading import DecisionReading
 from flidec.runtime.engines import Engine, GraphEngine, Pending, ReferenceEngine
 from flidec.runtime.launch import Launcher, read_kernel
 from flidec.runtime.meta import Stream
@@ -42,6 +45,7 @@ from flidec.runtime.next_token import NextTokenFormat
 from flidec.runtime.packing import Piece, pack_streams
 from flidec.runtime.recording import MODEL_DTYPES as DTYPES
 from flidec.runtime.recording import Recording, read_recording
+from flidec.runtime.reference.qwen3_5 import READOUT
 from flidec.runtime.row_check import check_row_invariance
 from flidec.runtime.saved.keys import scope_of
 from flidec.runtime.saved.point import PointLayout, SavedPoint
@@ -94,7 +98,8 @@ class Program:
     submitted to the device (the buckets share one arena) and, on CUDA, each call binds its next stream while
     the device runs its last."""
 
-    def __init__(self, trees: Mapping[str, TreeRuntime], fmt: NextTokenFormat, engine: Engine,
+    def __init__(self, trees: Mapping[str, TreeRuntime], fmt: NextTokenFormat | DecisionReading,
+                 engine: Engine,
                  served_name: str, manifest: Mapping[str, Any], saved: SavedStates | None = None):
         self.trees = dict(trees)
         self.fmt = fmt
@@ -212,7 +217,8 @@ class Program:
                 errors: dict[int, FlideError]) -> Iterator[Piece]:
         """Each instance planned (its InstanceError into `errors`), its chains merged (`merge_chains`: fewer
         segments, the same bits), whole or split to fit the largest bucket."""
-        walker = TemplateWalker(t.tree, t.program.template, self.fmt)
+        walker = self.fmt.walker(t.tree, max_path=worst_path_rows(t.program.template)) \
+            if isinstance(self.fmt, DecisionReading) else TemplateWalker(t.tree, t.program.template, self.fmt)
         for i, inst in enumerate(instances):
             session = None
             try:
@@ -236,9 +242,10 @@ class Program:
             a = answered[i] = _Answered(plan, shape, [None] * len(plan.reads), session=session)
             store = self._store
             # a split plan runs fresh (its parts share a root), and so does one with no room for a stored root
+            # or with no one root (a decision format whose questions share no token: runtime/decision)
             grown = replace(sizes, segments=sizes.segments + 1)
             room = not self.engine.needs_bucket or fits(grown, t.largest)
-            if store is not None and parts is whole and room:
+            if store is not None and parts is whole and room and plan.parents.count(-1) == 1:
                 a.reused = resume(plan, store, saves=t.tree.state.resumable or session is not None)
                 sizes = plan_sizes(plan)
             for p, reads in parts:
@@ -314,23 +321,31 @@ def load(artifact: str | Path, device: str | torch.device = "cuda", *, dtype: st
         manifest = load_manifest(directory, allow_incomplete=True, verify_weights=verify_weights)
     spec = spec_from_json(json.loads((directory / "tree.json").read_text(encoding="utf-8")))
     program = parse_program((directory / "program.txt").read_text(encoding="utf-8"))
-    if spec.format.name != "next_token":
+    head = None
+    if spec.format.name == "decision":  # the checkpoint's own reading: format.json (runtime/decision)
+        fmt: NextTokenFormat | DecisionReading | None = load_reading(directory)
+        if fmt is None:
+            raise ArtifactError(f"{directory}: tree.json reads format decision, but format.json is missing")
+        head = load_head(directory, fmt.fmt)
+    elif spec.format.name == "next_token":
+        fmt = NextTokenFormat(load_tokenizer(directory / "tokenizer"))
+    else:
         raise ArtifactError(f"{directory}: format {spec.format.name} is not one this runtime reads")
-    fmt = NextTokenFormat(load_tokenizer(directory / "tokenizer"))
     by_name = {t.name: t for t in spec.trees}
     trees = {t.name: TreeRuntime(by_name[t.name], t) for t in program.trees}
     model_dir = weights_dir(directory, manifest, verify_weights=verify_weights)
     if served_name is None:
         served_name = (directory if manifest["model"]["weights"] == "weights" else model_dir).name
     if device.type == "cuda":
-        engine: Engine = _graph_engine(directory, manifest, model_dir, device, launcher, graphs, dtype)
+        engine: Engine = _graph_engine(directory, manifest, model_dir, device, launcher, graphs, dtype, head)
         if check_rows:
             check_row_invariance(engine)
     else:
         if launcher is not None:
-            engine = _graph_engine(directory, manifest, model_dir, device, launcher, graphs=False)
+            engine = _graph_engine(directory, manifest, model_dir, device, launcher, graphs=False, head=head)
         else:
-            engine = ReferenceEngine(model_dir, DTYPES[dtype or "fp32"], device)
+            engine = ReferenceEngine(model_dir, DTYPES[dtype or "fp32"], device,
+                                     None if head is None else head["weight"])
     for name, gib in (("gpu_budget_gib", gpu_budget_gib), ("host_budget_gib", host_budget_gib)):
         if not gib >= 0:
             raise FlideError(f"{name}={gib}: a budget is a number of GiB, at least 0")
@@ -347,7 +362,8 @@ def load(artifact: str | Path, device: str | torch.device = "cuda", *, dtype: st
 
 
 def _graph_engine(directory: Path, manifest: Mapping[str, Any], model_dir: Path, device: torch.device,
-                  launcher: Launcher | None, graphs: bool, dtype: str | None = None) -> GraphEngine:
+                  launcher: Launcher | None, graphs: bool, dtype: str | None = None,
+                  head: Mapping[str, torch.Tensor] | None = None) -> GraphEngine:
     plans: dict[str, Recording] = {}
     for entry in manifest["buckets"]:
         if "recording" not in entry:
@@ -361,13 +377,16 @@ def _graph_engine(directory: Path, manifest: Mapping[str, Any], model_dir: Path,
         raise ArtifactError(f"{directory}: the recordings use kernels the manifest does not list: "
                             f"{missing[:3]}")
     kernels = {key: read_kernel(directory / "kernels", records[key]["digest"]) for key in sorted(used)}
-    dtypes = {b.torch_dtype for p in plans.values() for b in p.buffers if b.region == "weight"}
+    dtypes = {b.torch_dtype for p in plans.values() for b in p.buffers  # a readout head is fp32 whatever
+              if b.region == "weight" and b.name != READOUT}
     if dtype is not None and DTYPES[dtype] not in dtypes:  # the recordings fix it: refused, never ignored
         names = ", ".join(sorted(k for k, v in DTYPES.items() if v in dtypes))
         raise ArtifactError(f"{directory}: dtype {dtype}: this {manifest['target']} artifact's kernels run "
                             f"{names or 'no known dtype'}; leave the dtype out or recompile")
     weight_dtype = torch.float32 if torch.float32 in dtypes else torch.bfloat16
     weights = load_weights(model_dir, weight_dtype)
+    if head is not None:
+        weights[READOUT] = head["weight"]
     if launcher is None:
         from flidec.runtime.launch import CudaLauncher
 

@@ -66,7 +66,13 @@ class ModelTokenizer:
         self.eos_id = self._special_id(config, "eos_token")
         self.pad_id = self._special_id(config, "pad_token")
         self.cuts_exact = _cuts_exact(self._literal)
+        # added tokens (special or not) that `encode_template` splits out before anything else and that take
+        # no neighbouring whitespace: a cut right before or after one keeps a text's ids
+        self.added_tokens: tuple[str, ...] = tuple(
+            t.content for t in self._full.get_added_tokens_decoder().values()
+            if not (t.lstrip or t.rstrip or t.single_word))
         self.chat_template = chat_template
+        self._template_specials = _template_specials(config)
         self._chat = _chat_pieces(chat_template, config, path) if chat_template is not None else None
 
     def encode(self, text: str) -> list[int]:
@@ -81,6 +87,18 @@ class ModelTokenizer:
     def encode_template(self, text: str) -> list[int]:
         """Ids of template text, in which special-token spellings are the special tokens."""
         return self._full.encode(text, add_special_tokens=False).ids
+
+    def encode_template_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        """`encode_template` of each text, in one call (on all cores)."""
+        return [e.ids for e in self._full.encode_batch_fast(list(texts), add_special_tokens=False)]
+
+    def render_chat(self, messages: list[dict], *, thinking: bool) -> str:
+        """The chat template applied to `messages` with the generation prompt, as transformers'
+        apply_chat_template(tokenize=False, add_generation_prompt=True, enable_thinking=thinking) does."""
+        if self.chat_template is None:
+            self.chat  # noqa: B018 (raises the ModelError that says the template is missing)
+        return render_chat_template(self.chat_template, messages, add_generation_prompt=True,  # type: ignore[arg-type]
+                                    special_tokens=self._template_specials, enable_thinking=thinking)
 
     def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
         return self._full.decode(ids, skip_special_tokens=skip_special_tokens)
@@ -225,14 +243,20 @@ def render_chat_template(
         raise ModelError(f"chat template failed to render: {e}") from e
 
 
-def _chat_pieces(template: str, config: dict, path: Path) -> ChatPieces:
-    """The text around a single user message and the generation prompt with thinking off, found by
-    rendering the template (transformers' apply_chat_template semantics) on a marker message and cutting
-    at the marker."""
+def _template_specials(config: dict) -> dict[str, str | None]:
+    """The special tokens a chat template may name (bos_token, ...), from tokenizer_config.json."""
     specials = {}
     for key in ("bos_token", "eos_token", "pad_token", "unk_token"):
         value = config.get(key)
         specials[key] = value.get("content") if isinstance(value, dict) else value
+    return specials
+
+
+def _chat_pieces(template: str, config: dict, path: Path) -> ChatPieces:
+    """The text around a single user message and the generation prompt with thinking off, found by
+    rendering the template (transformers' apply_chat_template semantics) on a marker message and cutting
+    at the marker."""
+    specials = _template_specials(config)
     messages = [{"role": "user", "content": _MARKER}]
     turn = render_chat_template(
         template, messages, add_generation_prompt=False, special_tokens=specials, enable_thinking=False

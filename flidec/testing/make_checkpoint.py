@@ -2,8 +2,9 @@
 
 `python -m flidec.testing.make_checkpoint --size tiny|0.8B|2B|4B --out DIR` (or `make_checkpoint`) writes
 config.json, the weights in safetensors, generation_config.json and the tokenizer files of
-flidec.testing.tokenizer. Tensor names and shapes come from transformers' own model built on the meta
-device and values are seeded per tensor by (seed, name), so the same arguments give the same bytes.
+flidec.testing.tokenizer; `--decision LAYOUT` adds a release-like decision_config.json
+(flidec.testing.decision_checkpoints). Tensor names and shapes come from transformers' own model built on
+the meta device and values are seeded per tensor by (seed, name), so the same arguments give the same bytes.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from safetensors.torch import save_file
 
 from flidec.ir.errors import FlideError
 from flidec.runtime.recording import MODEL_DTYPES
+from flidec.testing.decision_checkpoints import LAYOUTS, write_decision_layout
 from flidec.testing.tokenizer import save_hf_tokenizer
 
 VOCAB_SIZE = 248_320
@@ -228,19 +230,23 @@ def make_checkpoint(
     seed: int = 0,
     dtype: str = "bf16",
     layout: str = "causal",
+    decision: str | None = None,
 ) -> Checkpoint:
     """Write a checkpoint directory; the keywords are the command line's --no-weights (weights=False), --seed,
     --dtype bf16|fp32 and --layout causal|conditional. config.json is transformers' Qwen3_5TextConfig, or
     Qwen3_5Config with a text_config for the conditional layout; model.safetensors is sharded with an index
     past SHARD_BYTES. The conditional layout nests the text tensors under model.language_model.* and adds a
     small (not the real) vision tower `model.visual.*` and a few multi-token-prediction tensors `mtp.*`,
-    which loaders must skip."""
+    which loaders must skip. `decision` (--decision) names a layout of flidec.testing.decision_checkpoints
+    written into the directory after the checkpoint."""
     if size not in SIZES:
         raise ValueError(f"unknown size {size!r}; one of {', '.join(SIZES)}")
     if dtype not in MODEL_DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; one of {', '.join(MODEL_DTYPES)}")
     if layout not in ("causal", "conditional"):
         raise ValueError(f"unknown layout {layout!r}; causal or conditional")
+    if decision is not None and decision not in LAYOUTS:
+        raise ValueError(f"unknown decision layout {decision!r}; one of {', '.join(LAYOUTS)}")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     config = model_config(SIZES[size], layout, dtype)
@@ -250,6 +256,8 @@ def make_checkpoint(
     shapes = tensor_shapes(config, layout)
     if weights:
         _write_weights(out, shapes, seed, MODEL_DTYPES[dtype])
+    if decision is not None:
+        write_decision_layout(out, decision, seed)
     return Checkpoint(out, sum(math.prod(s) for s in shapes.values()), len(shapes))
 
 
@@ -303,11 +311,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--dtype", choices=list(MODEL_DTYPES), default="bf16")
     parser.add_argument("--layout", choices=["causal", "conditional"], default="causal")
+    parser.add_argument("--decision", choices=list(LAYOUTS), metavar="LAYOUT",
+                        help=f"also write a decision layout: {', '.join(LAYOUTS)}")
     args = parser.parse_args(argv)
     try:
         ckpt = make_checkpoint(
             args.out, args.size, weights=not args.no_weights, seed=args.seed, dtype=args.dtype,
-            layout=args.layout,
+            layout=args.layout, decision=args.decision,
         )
     except FlideError as e:
         raise SystemExit(f"make_checkpoint: error: {e}") from None

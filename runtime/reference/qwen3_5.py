@@ -151,6 +151,9 @@ class Layer(nn.Module):
         return x + self.mlp(rms_norm(x, self.post_attention_layernorm.weight, self.eps, self.dtype))
 
 
+READOUT = "readout.weight"  # the readout head's parameter, beside the checkpoint's own names
+
+
 class Qwen35(nn.Module):
     """Parameters are zeros until `load_weights`; `from_pretrained` builds and loads in one go.
 
@@ -159,7 +162,7 @@ class Qwen35(nn.Module):
     --activations)."""
 
     def __init__(self, cfg: TextConfig, dtype: torch.dtype = torch.float32,
-                 activations: torch.dtype = torch.float32):
+                 activations: torch.dtype = torch.float32, head_rows: int = 0):
         super().__init__()
         self.cfg, self.act = cfg, activations
         self.embed_tokens = Weight(cfg.vocab_size, cfg.hidden_size, dtype=dtype)
@@ -168,18 +171,24 @@ class Qwen35(nn.Module):
         self.lm_head = Weight(cfg.vocab_size, cfg.hidden_size, dtype=dtype)
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
+        # a decision format's readout head (runtime/decision): its rows replace the output head's, in fp32
+        self.readout = Weight(head_rows, cfg.hidden_size, dtype=torch.float32) if head_rows else None
 
     @classmethod
     def from_pretrained(cls, model_dir: str | Path, dtype: torch.dtype = torch.bfloat16,
-                        activations: torch.dtype = torch.float32) -> Qwen35:
-        model = cls(TextConfig.from_dir(model_dir), dtype, activations)
-        model.load_weights(load_weights(model_dir, dtype))
+                        activations: torch.dtype = torch.float32,
+                        readout: torch.Tensor | None = None) -> Qwen35:
+        model = cls(TextConfig.from_dir(model_dir), dtype, activations,
+                    0 if readout is None else readout.shape[0])
+        tensors = load_weights(model_dir, dtype)
+        model.load_weights(tensors if readout is None else {**tensors, READOUT: readout})
         return model
 
     def load_weights(self, tensors: dict[str, torch.Tensor]) -> None:
-        """Copy named tensors (flidec.models.weights names and shapes) into the parameters."""
+        """Copy named tensors (flidec.models.weights names and shapes, and READOUT with a readout head) into
+        the parameters."""
         params = dict(self.named_parameters(remove_duplicate=False))
-        for name in expected_shapes(self.cfg):
+        for name in [*expected_shapes(self.cfg), *([READOUT] if self.readout is not None else [])]:
             with torch.no_grad():
                 params[name].copy_(tensors[name])
 
@@ -192,4 +201,5 @@ class Qwen35(nn.Module):
 
     def forward(self, tokens: torch.Tensor, meta: StreamMeta) -> torch.Tensor:
         """fp32 logits of every read's labels [R, Lmax], padding labels -inf."""
-        return label_logits(self.hidden_states(tokens, meta), self.lm_head.weight, meta)
+        head = self.lm_head if self.readout is None else self.readout
+        return label_logits(self.hidden_states(tokens, meta), head.weight, meta)

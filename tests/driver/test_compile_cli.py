@@ -59,7 +59,7 @@ def test_time_passes_and_dump_ir_cover_the_build_stages(tmp_path, capsys):
     dumps, table = err.split("\npass ")
     assert dumps.startswith("// IR after record_buckets (recordings IR)\nno recordings (the target's "
                             "artifact runs on the reference executor)\n\n// IR after write_artifact "
-                            "(artifact IR)\nartifact format=5 target=cpu complete=True weights=referenced\n")
+                            "(artifact IR)\nartifact format=6 target=cpu complete=True weights=referenced\n")
     assert f"  file program.txt sha256={sha256_of(tmp_path / 'a' / 'program.txt')}\n" in dumps
     rows = table.splitlines()[1:]  # one table for the whole compile, after its header
     assert [r.split()[0] for r in rows] == [*TREE_PIPELINE, *BUILD_PIPELINE]

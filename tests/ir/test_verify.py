@@ -37,7 +37,7 @@ def test_unknown_model():
 
 def test_unknown_format():
     assert errors(tree('ask a: noul "?"'), "model qwen3_5\nformat chat\n") == [
-        (2, 1, "unknown format `chat`", 'the known format: next_token(style="vllm")')]
+        (2, 1, "unknown format `chat`", 'the known formats: next_token(style="vllm") and decision')]
 
 
 def test_format_needs_style_and_known_options():

@@ -159,11 +159,11 @@ def test_a_recording_outside_the_artifact_is_refused(art, path) -> None:
 
 def test_an_older_format_is_refused_with_the_reason(art) -> None:
     manifest = manifest_of(art)
-    assert manifest["flidec_artifact"] == FORMAT == 5
+    assert manifest["flidec_artifact"] == FORMAT == 6
     manifest["flidec_artifact"] = 4
     put_manifest(art, manifest)
-    with pytest.raises(ArtifactError, match=r"artifact format 4, this runtime reads format 5; recompile it "
-                                            r"\(format 5 recordings restore and capture saved states"):
+    with pytest.raises(ArtifactError, match=r"artifact format 4, this runtime reads format 6; recompile it "
+                                            r"\(format 6 artifacts carry the checkpoint.s decision format"):
         load(art, "cpu")
 
 
