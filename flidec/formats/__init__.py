@@ -82,7 +82,7 @@ def resolve_format(
             _load_json(path, f"--format {choice}"),
             model_dir,
             tokenizer,
-            str(path),
+            path.name,
             model_id,
             spec,
             f"read with --format {path.name}",

@@ -188,16 +188,29 @@ def test_control_tokens_in_a_raw_prompt_cut_exactly(decision_checkpoint):
 
     ckpt = decision_checkpoint("standalone")
     tok = load_tokenizer(ckpt)
-    fmt, _ = read_template(json.loads((ckpt / "decision_config.json").read_text()), ckpt, tok,
-                           source="decision_config.json")
-    fmt = dataclasses.replace(fmt, prompt="<|box_start|>{{ state_text }}<|box_end|>{{ question.instructions }}"
-                              "{% for o in options %} ({{ o.label }}) {{ o.key }}{% endfor %} Answer: (")
+    fmt, _ = read_template(
+        json.loads((ckpt / "decision_config.json").read_text()), ckpt, tok, source="decision_config.json"
+    )
+    fmt = dataclasses.replace(
+        fmt,
+        prompt="<|box_start|>{{ state_text }}<|box_end|>{{ question.instructions }}"
+        "{% for o in options %} ({{ o.label }}) {{ o.key }}{% endfor %} Answer: (",
+    )
     reading = DecisionReading(fmt, tok)
-    spec = parse_spec('model qwen3_5\nformat decision\ntree t (wire="systemone") {\n  state state: text[..64]\n'
-                      "  ask questions[1..4]: noul | choice[2..4]\n}\n", "t.flide")
-    plan, _ = reading.walker(spec.trees[0], verify=True).plan({"state": "a.b", "questions": {
-        "x": {"type": "noul", "instructions": "Yes?"},
-        "y": {"type": "choice", "instructions": "Which?", "criteria": {"p": None, "q": None}}}})
+    spec = parse_spec(
+        'model qwen3_5\nformat decision\ntree t (wire="systemone") {\n  state state: text[..64]\n'
+        "  ask questions[1..4]: noul | choice[2..4]\n}\n",
+        "t.flide",
+    )
+    plan, _ = reading.walker(spec.trees[0], verify=True).plan(
+        {
+            "state": "a.b",
+            "questions": {
+                "x": {"type": "noul", "instructions": "Yes?"},
+                "y": {"type": "choice", "instructions": "Which?", "criteria": {"p": None, "q": None}},
+            },
+        }
+    )
     root = plan.ids[0]
     assert root[0] == tok.token_to_id("<|box_start|>") and root[-1] == tok.token_to_id("<|box_end|>")
     assert len(plan.ids) == 3 and plan.parents == [-1, 0, 0]
