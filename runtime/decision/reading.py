@@ -301,7 +301,7 @@ class DecisionWalker:
                     ]
                 )
             budget = min(fmt.state.max_tokens if budget is None else budget, n_state) - over - fmt.state.slack
-            if budget < fmt.state.min_tokens:
+            if budget < max(fmt.state.min_tokens, 1):
                 raise InstanceError(
                     [f"{worst}: the questions leave no room for the state within {limit} prompt tokens"]
                 )
