@@ -12,6 +12,8 @@
 # (cuBLAS beside the Triton GEMMs at GEMM_SIZES' shapes, capped at GEMM_S, 300 s) and the profile with --host-profile on HOST_WORKLOADS.
 # The profile takes PROFILE_WORKLOADS, and HOST_PROFILE=1 adds its --host-profile; the harness runs on MODEL (default /tmp/qwen35-0.8b),
 # made when missing at MAKE_SIZE (default 0.8B; e.g. MODEL=/tmp/qwen35-4b MAKE_SIZE=4B for the 4B row).
+# DECISION=1 runs, instead, benchmarks/decision_oracle.py: flidec beside flide on the three decision layouts' 0.8B checkpoints
+# (capped at DECISION_S, 420 s, checkpoints and compiles included; writes decision.json and decision.log). Use it with GPU_TESTS=0.
 set -uo pipefail
 COMMIT=${1:?usage: bash benchmarks/device.sh COMMIT [BUDGET_S] [ENGINES] [WORKLOADS]}
 BUDGET=${2:-380}
@@ -34,6 +36,12 @@ if [ "${SERVE:-0}" != 0 ]; then  # the server under load (benchmarks/serve_bench
   SERVE_S=${SERVE_S:-300}
   timeout -k 45 "$SERVE_S" python3 benchmarks/serve_bench.py --model /tmp/qwen35-0.8b --commit "$COMMIT" \
     --time-budget-s "$((SERVE_S - 10))" --out "$OUT/serve.json" 2>&1 | tee "$OUT/serve.log"
+  exit 0
+fi
+if [ "${DECISION:-0}" != 0 ]; then  # decision formats: flidec beside flide on the flide-template-v1 layouts
+  DECISION_S=${DECISION_S:-420}
+  timeout -k 30 "$DECISION_S" python3 benchmarks/decision_oracle.py --commit "$COMMIT" --time-budget-s "$((DECISION_S - 20))" \
+    --out "$OUT/decision.json" 2>&1 | tee "$OUT/decision.log"
   exit 0
 fi
 if [ "${GEMM:-0}" != 0 ]; then  # issue 28's measurements: cuBLAS beside the Triton GEMMs, then the host's share of one request

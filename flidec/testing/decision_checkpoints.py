@@ -66,7 +66,8 @@ _FORMS_USER = (
     "{% if question.type == 'noul' %}{{ o.description | describe }}"
     "{% else %}{{ o.key }}{% if o.description is not none %} ({{ o.description | json(compact=True) }})"
     "{% endif %}{% endif %}\n{% endfor %}"
-    "Reply with one of {{ labels_for(question.type, options | length) | join(', ') }}."
+    # the options' labels, not labels_for(): flide 0.1.4 cannot build a format whose prompt calls labels_for
+    "Reply with one of {{ options | map(attribute='label') | join(', ') }}."
 )
 
 

@@ -214,3 +214,29 @@ def test_control_tokens_in_a_raw_prompt_cut_exactly(decision_checkpoint):
     root = plan.ids[0]
     assert root[0] == tok.token_to_id("<|box_start|>") and root[-1] == tok.token_to_id("<|box_end|>")
     assert len(plan.ids) == 3 and plan.parents == [-1, 0, 0]
+
+
+def test_labels_for_in_a_template_names_the_question_s_labels(decision_checkpoint):
+    import dataclasses
+
+    from flidec.runtime.decision.render import Question, Renderer
+
+    ckpt = decision_checkpoint("forms")
+    tok = load_tokenizer(ckpt)
+    fmt, _ = read_template(
+        json.loads((ckpt / "decision_config.json").read_text()), ckpt, tok, source="decision_config.json"
+    )
+    fmt = dataclasses.replace(
+        fmt,
+        messages=(
+            (
+                "user",
+                "{{ labels_for(question.type, options | length) | "
+                "join(',') }}|{{ options | map(attribute='label') | join(',') }}",
+            ),
+        ),
+    )
+    q = Question("q", "choice", "?", {}, ("type",), tuple((f"o{i}", None) for i in range(30)))
+    text = Renderer(fmt, tok).prompt("s", None, q, fmt.labels_for("choice", 30), [q])
+    asked, shown = text.split("<|im_start|>user\n")[1].split("<|im_end|>")[0].split("|")
+    assert asked == shown and asked.startswith("AA,AB,")
