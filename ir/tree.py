@@ -134,6 +134,17 @@ class Fork:
 Node = Text | Ask | Fork
 
 
+def asks_in(body: tuple[Node, ...]) -> list[Ask]:
+    """Every ask of a tree's body, forks' bodies included, in the order they are written."""
+    out: list[Ask] = []
+    for node in body:
+        if isinstance(node, Ask):
+            out.append(node)
+        elif isinstance(node, Fork):
+            out += asks_in(node.body)
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class State:
     """The shared root text of a tree. `resumable`: it grows across requests (sessions)."""

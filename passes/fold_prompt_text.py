@@ -25,7 +25,7 @@ from flidec.ir.template import (
     Templates,
     TreeTemplate,
 )
-from flidec.ir.tree import Ask, Bound, Fork, Node, Spec, Text, Tree
+from flidec.ir.tree import Ask, Bound, Fork, Node, Spec, Text, Tree, asks_in
 from flidec.passes.context import CompileContext
 from flidec.passes.manager import register
 from flidec.runtime.decision.reading import DecisionReading
@@ -178,7 +178,7 @@ def fold_decision_tree(tree: Tree, reading: DecisionReading) -> TreeTemplate:
     pre-tokenized here. Each slot's bound adds the format's own framing (a one-question probe prompt's
     tokens, DecisionReading.probe_tokens) to the spec's token bounds: an upper bound of the segment, and the
     largest bucket holds the longest path it allows; the walker refuses a path over it."""
-    frame = max(reading.probe_tokens(t.kind, t.options.hi) for ask in _all_asks(tree.body) for t in ask.types)
+    frame = max(reading.probe_tokens(t.kind, t.options.hi) for ask in asks_in(tree.body) for t in ask.types)
     root = _Seg([Slot("state", tree.state.name, tree.state.bound.max_tokens + frame + 2 * JOIN)])
     _DecisionFolder(reading).body(tree.body, root, root.children, True, "")
     return TreeTemplate(tree.name, _freeze(root), tree.buckets)
@@ -207,13 +207,3 @@ class _DecisionFolder(_Folder):
         labels = max((2 if t.kind == "noul" else min(t.options.hi, fmt.most_options(t.kind))) * most
                      for t in ask.types)
         return _Seg([Slot("question", path, n + frame)], [ReadTemplate(path, (), max(2, labels))])
-
-
-def _all_asks(body: tuple[Node, ...]) -> list[Ask]:
-    out: list[Ask] = []
-    for node in body:
-        if isinstance(node, Ask):
-            out.append(node)
-        elif isinstance(node, Fork):
-            out += _all_asks(node.body)
-    return out

@@ -18,7 +18,16 @@ from typing import Protocol
 
 from flidec.ir.errors import Diagnostic, InstanceError, ModelError, SpecError
 from flidec.ir.instance import render_value
-from flidec.ir.tree import Ask, AskKind, Bound, ChoiceOptions, Fork, Node, NoulCriteria, ScoreLevels, Tree
+from flidec.ir.tree import (
+    Ask,
+    AskKind,
+    Bound,
+    ChoiceOptions,
+    NoulCriteria,
+    ScoreLevels,
+    Tree,
+    asks_in,
+)
 from flidec.runtime import answers_math as answers
 from flidec.runtime.binder import Draft
 from flidec.runtime.labels import LabelError, Labels, LabelTable
@@ -267,7 +276,7 @@ class NextTokenFormat:
         """Raise SpecError for every ask type whose labels this tokenizer cannot read as single distinct
         tokens, at the most options the spec allows it (a constant ask: its own count)."""
         problems = []
-        for ask in _asks(tree.body):
+        for ask in asks_in(tree.body):
             for t in ask.types:
                 c = ask.criteria
                 n = (len(c.options) if isinstance(c, ChoiceOptions) and t.kind == "choice"
@@ -339,16 +348,6 @@ def _cut(text: str, least: int) -> int:
         if at >= least and text[at - 1].isalpha() and at + 1 < len(text) and text[at + 1].isalpha():
             return at
     return -1
-
-
-def _asks(body: tuple[Node, ...]) -> list[Ask]:
-    out: list[Ask] = []
-    for node in body:
-        if isinstance(node, Ask):
-            out.append(node)
-        elif isinstance(node, Fork):
-            out += _asks(node.body)
-    return out
 
 
 def _resolve(ask: Ask, question: Mapping[str, object] | None, path: str) -> _Question:

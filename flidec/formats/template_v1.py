@@ -21,6 +21,7 @@ from typing import Any
 from safetensors import safe_open
 
 from flidec.ir.errors import FlideError
+from flidec.runtime.decision.fields import Fields
 from flidec.runtime.decision.format import HEAD_FILE, KINDS, DecisionFormat, Head, StateCut, Temperature, Tier
 from flidec.runtime.decision.render import BOUNDARY, Question, Refusal, Renderer
 
@@ -71,51 +72,7 @@ class FormatError(FlideError):
     """A decision format that cannot be read as written: names its file and field."""
 
 
-class _Fields:
-    """Typed reads of the configuration, each failure a FormatError naming the field's path."""
-
-    def __init__(self, source: str):
-        self.source = source
-
-    def fail(self, path: str, message: str) -> FormatError:
-        return FormatError(f"{self.source}: `{path}` {message}")
-
-    def keys(self, v: Any, path: str, allowed: set[str], required: set[str] = frozenset()) -> dict:
-        if not isinstance(v, dict):
-            raise self.fail(path, "must be an object")
-        unknown = sorted(set(v) - allowed)
-        if unknown:
-            raise self.fail(
-                f"{path}.{unknown[0]}" if path else unknown[0],
-                f"is not a field flidec reads here (known: {', '.join(sorted(allowed))})",
-            )
-        missing = sorted(required - set(v))
-        if missing:
-            raise self.fail(f"{path}.{missing[0]}" if path else missing[0], "is required")
-        return v
-
-    def str(self, v: Any, path: str) -> str:
-        if not isinstance(v, str):
-            raise self.fail(path, f"must be a string, got {json.dumps(v)[:40]}")
-        return v
-
-    def int(self, v: Any, path: str, least: int = 0) -> int:
-        if not isinstance(v, int) or isinstance(v, bool) or v < least:
-            raise self.fail(path, f"must be an integer of at least {least}, got {json.dumps(v)[:40]}")
-        return v
-
-    def num(self, v: Any, path: str) -> float:
-        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
-            raise self.fail(path, f"must be a number, got {json.dumps(v)[:40]}")
-        return float(v)
-
-    def list(self, v: Any, path: str) -> list:
-        if not isinstance(v, list):
-            raise self.fail(path, f"must be an array, got {json.dumps(v)[:40]}")
-        return v
-
-
-def resolve_refs(value: Any, model_dir: Path, f: _Fields, path: str) -> Any:
+def resolve_refs(value: Any, model_dir: Path, f: Fields, path: str) -> Any:
     """`value` with every "@file#a.b" string replaced by key a.b of the checkpoint's JSON file `file`."""
     if isinstance(value, str) and value.startswith("@"):
         name, _, key = value[1:].partition("#")
@@ -143,7 +100,7 @@ def read_template(
 ) -> tuple[DecisionFormat, Path | None]:
     """The DecisionFormat a flide-template-v1 configuration describes for this checkpoint, and the readout
     head file it reads (None: the output head)."""
-    f = _Fields(source)
+    f = Fields(source, FormatError)
     raw = f.keys(dict(config), "", FIELDS, {"format_id"})
     if raw["format_id"] != FORMAT_ID:
         raise f.fail("format_id", f"is {raw['format_id']!r}; flidec reads {FORMAT_ID!r}")
@@ -226,7 +183,7 @@ def read_template(
     return dataclasses.replace(base, labels=labels, rows=rows), head_file
 
 
-def _check_match(f: _Fields, match: Any, model_dir: Path, model_id: str | None) -> None:
+def _check_match(f: Fields, match: Any, model_dir: Path, model_id: str | None) -> None:
     """`match` claims the checkpoints a configuration is for: by hub repository, or by the checkpoint's files
     and its own decision_config.json's values and keys. A checkpoint it does not claim is refused."""
     m = f.keys(match, "match", {"repos", "files", "decision_config", "decision_config_keys"})
@@ -255,7 +212,7 @@ def _check_match(f: _Fields, match: Any, model_dir: Path, model_id: str | None) 
     )
 
 
-def _state(f: _Fields, v: Any) -> StateCut:
+def _state(f: Fields, v: Any) -> StateCut:
     s = f.keys(
         v,
         "state",
@@ -288,7 +245,7 @@ def _state(f: _Fields, v: Any) -> StateCut:
     )
 
 
-def _temperatures(f: _Fields, v: Any) -> dict[str, Temperature]:
+def _temperatures(f: Fields, v: Any) -> dict[str, Temperature]:
     def one(x: Any, path: str) -> Temperature:
         if isinstance(x, dict):
             x = f.keys(x, path, {"a", "b"}, {"a"})
@@ -308,7 +265,7 @@ def _temperatures(f: _Fields, v: Any) -> dict[str, Temperature]:
 
 
 def _head(
-    f: _Fields, cfg: Mapping[str, Any], model_dir: Path, tokenizer: Any
+    f: Fields, cfg: Mapping[str, Any], model_dir: Path, tokenizer: Any
 ) -> tuple[Path | None, Head, int]:
     """The head: the output head (soft-capped as the model's config says, unless `softcap` is false) or a
     readout file of the checkpoint; also its file and row count."""
@@ -367,7 +324,7 @@ class _Labels:
     """Label sets per question type and the head rows each label reads."""
 
     def __init__(
-        self, f: _Fields, cfg: Mapping[str, Any], base: DecisionFormat, tokenizer: Any, readout: bool
+        self, f: Fields, cfg: Mapping[str, Any], base: DecisionFormat, tokenizer: Any, readout: bool
     ):
         self.f, self.cfg, self.tok, self.readout = f, cfg, tokenizer, readout
         self.rows: dict[str, tuple[int, ...]] = {}

@@ -10,11 +10,12 @@ as (a, b) with log T = a + b ln n. docs/FORMATS.md describes every field.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from flidec.ir.errors import ArtifactError
+from flidec.runtime.decision.fields import Fields
 
 KINDS = ("choice", "noul", "score")
 SIDES = ("head", "tail")
@@ -156,8 +157,8 @@ class DecisionFormat:
     @classmethod
     def from_json(cls, obj: Any, where: str = "format.json") -> DecisionFormat:
         """The description `to_json` wrote; ArtifactError naming the field when it is not one."""
-        r = _Reader(where)
-        o = r.obj(
+        r = Fields(where, ArtifactError)
+        o = r.exact(
             obj,
             "",
             {
@@ -191,7 +192,7 @@ class DecisionFormat:
         st = o["state"]
         state = None
         if st is not None:
-            s = r.obj(st, "state", {"text", "max_tokens", "min_tokens", "keep", "marks", "slack", "tries"})
+            s = r.exact(st, "state", {"text", "max_tokens", "min_tokens", "keep", "marks", "slack", "tries"})
             keep = {
                 k: r.one_of(v, f"state.keep.{k}", SIDES) for k, v in r.dict(s["keep"], "state.keep").items()
             }
@@ -239,7 +240,7 @@ class DecisionFormat:
                 missing = [x for x in t.labels if not rows.get(x)]
                 if missing:
                     r.fail(f"labels.{kind}", f"label {missing[0]!r} has no head rows in `rows`")
-        h = r.obj(o["head"], "head", {"kind", "file", "rows", "softcap", "bias"})
+        h = r.exact(o["head"], "head", {"kind", "file", "rows", "softcap", "bias"})
         head = Head(
             r.one_of(h["kind"], "head.kind", HEADS),
             r.opt(h["file"], "head.file", r.str),
@@ -281,58 +282,3 @@ class DecisionFormat:
             r.int(o["max_options"], "max_options", 1),
             r.int(o["max_prompt_tokens"], "max_prompt_tokens", 1),
         )
-
-
-class _Reader:
-    """Typed reads of a JSON value, each failure an ArtifactError naming the field."""
-
-    def __init__(self, where: str):
-        self.where = where
-
-    def fail(self, path: str, message: str) -> None:
-        raise ArtifactError(f"{self.where}: `{path}` {message}")
-
-    def obj(self, v: Any, path: str, keys: set[str]) -> dict:
-        d = self.dict(v, path or "(top)")
-        if set(d) != keys:
-            extra, missing = sorted(set(d) - keys), sorted(keys - set(d))
-            self.fail(path or "(top)", f"has unknown fields {extra}" if extra else f"lacks fields {missing}")
-        return d
-
-    def dict(self, v: Any, path: str) -> dict:
-        if not isinstance(v, dict):
-            self.fail(path, "must be an object")
-        return v
-
-    def list(self, v: Any, path: str, n: int | None = None) -> list:
-        if not isinstance(v, list) or (n is not None and len(v) != n):
-            self.fail(path, "must be an array" + (f" of {n}" if n is not None else ""))
-        return v
-
-    def str(self, v: Any, path: str) -> str:
-        if not isinstance(v, str):
-            self.fail(path, "must be a string")
-        return v
-
-    def int(self, v: Any, path: str, least: int) -> int:
-        if not isinstance(v, int) or isinstance(v, bool) or v < least:
-            self.fail(path, f"must be an integer of at least {least}")
-        return v
-
-    def num(self, v: Any, path: str) -> float:
-        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
-            self.fail(path, "must be a finite number")
-        return float(v)
-
-    def bool(self, v: Any, path: str) -> bool:
-        if not isinstance(v, bool):
-            self.fail(path, "must be true or false")
-        return v
-
-    def one_of(self, v: Any, path: str, allowed: tuple[str, ...]) -> str:
-        if v not in allowed:
-            self.fail(path, f"must be one of {', '.join(allowed)}, got {v!r}")
-        return v
-
-    def opt(self, v: Any, path: str, read: Callable[[Any, str], Any]) -> Any:
-        return None if v is None else read(v, path)

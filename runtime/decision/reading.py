@@ -24,7 +24,18 @@ from typing import Any
 
 from flidec.ir.errors import Diagnostic, InstanceError, SpecError
 from flidec.ir.instance import takes_key, validate_instance
-from flidec.ir.tree import Ask, Bound, ChoiceOptions, Fork, Node, NoulCriteria, ScoreLevels, Text, Tree
+from flidec.ir.tree import (
+    Ask,
+    Bound,
+    ChoiceOptions,
+    Fork,
+    Node,
+    NoulCriteria,
+    ScoreLevels,
+    Text,
+    Tree,
+    asks_in,
+)
 from flidec.runtime import answers_math as answers
 from flidec.runtime.binder import Plan, Shape
 from flidec.runtime.decision.format import DecisionFormat
@@ -107,7 +118,7 @@ class DecisionReading:
         """SpecError for an ask this format can never answer: none of its types is one the format takes, or
         the spec fixes its options beyond the format's labels."""
         problems = []
-        for ask in _asks(tree.body):
+        for ask in asks_in(tree.body):
             kinds = [t.kind for t in ask.types]
             if not set(kinds) & set(self.fmt.types):
                 problems.append(
@@ -607,13 +618,3 @@ def _logsumexp(xs: Sequence[float]) -> float:
 
 def _quote(qid: str) -> str:
     return json.dumps(qid, ensure_ascii=False)
-
-
-def _asks(body: tuple[Node, ...]) -> list[Ask]:
-    out: list[Ask] = []
-    for node in body:
-        if isinstance(node, Ask):
-            out.append(node)
-        elif isinstance(node, Fork):
-            out += _asks(node.body)
-    return out
