@@ -213,8 +213,8 @@ def _decision_lines(directory: Path) -> list[str] | None:
     """An artifact's decision format as inspect prints it (None: the artifact reads next_token)."""
     from flidec.runtime.decision.load import load_reading
 
-    reading = load_reading(directory)
-    return None if reading is None else reading.describe()
+    decision = load_reading(directory)
+    return None if decision is None else decision[0].describe()
 
 
 def inspect_saved_states(directory: Path, m: dict) -> str:

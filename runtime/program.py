@@ -36,7 +36,7 @@ from flidec.models.weights import load_weights
 from flidec.runtime.answers import answer_instance
 from flidec.runtime.artifact import load_manifest, weights_dir
 from flidec.runtime.binder import BoundStream, Plan, Shape, bound_from_plans, merge_chains
-from flidec.runtime.decision.load import load_head, load_reading
+from flidec.runtime.decision.load import load_reading
 from flidec.runtime.decision.reading import DecisionReading
 from flidec.runtime.engines import Engine, GraphEngine, Pending, ReferenceEngine
 from flidec.runtime.launch import Launcher, read_kernel
@@ -99,8 +99,8 @@ class Program:
     the device runs its last."""
 
     def __init__(self, trees: Mapping[str, TreeRuntime], fmt: NextTokenFormat | DecisionReading,
-                 engine: Engine,
-                 served_name: str, manifest: Mapping[str, Any], saved: SavedStates | None = None):
+                 engine: Engine, served_name: str, manifest: Mapping[str, Any],
+                 saved: SavedStates | None = None):
         self.trees = dict(trees)
         self.fmt = fmt
         self.engine = engine
@@ -323,10 +323,11 @@ def load(artifact: str | Path, device: str | torch.device = "cuda", *, dtype: st
     program = parse_program((directory / "program.txt").read_text(encoding="utf-8"))
     head = None
     if spec.format.name == "decision":  # the checkpoint's own reading: format.json (runtime/decision)
-        fmt: NextTokenFormat | DecisionReading | None = load_reading(directory)
-        if fmt is None:
+        decision = load_reading(directory)
+        if decision is None:
             raise ArtifactError(f"{directory}: tree.json reads format decision, but format.json is missing")
-        head = load_head(directory, fmt.fmt)
+        fmt: NextTokenFormat | DecisionReading = decision[0]
+        head = decision[1]
     elif spec.format.name == "next_token":
         fmt = NextTokenFormat(load_tokenizer(directory / "tokenizer"))
     else:

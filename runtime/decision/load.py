@@ -44,8 +44,9 @@ def load_head(directory: Path, fmt: DecisionFormat) -> dict[str, torch.Tensor] |
     return tensors
 
 
-def load_reading(directory: Path) -> DecisionReading | None:
-    """The artifact's DecisionReading over its tokenizer, or None when it has no format.json."""
+def load_reading(directory: Path) -> tuple[DecisionReading, dict[str, torch.Tensor] | None] | None:
+    """The artifact's DecisionReading over its tokenizer and its readout head's tensors (None: the output
+    head), or None when it has no format.json."""
     path = Path(directory) / "format.json"
     if not path.is_file():
         return None
@@ -56,4 +57,4 @@ def load_reading(directory: Path) -> DecisionReading | None:
     fmt = DecisionFormat.from_json(obj, str(path))
     head = load_head(Path(directory), fmt)
     bias = head["bias"].double().tolist() if head is not None and "bias" in head else None
-    return DecisionReading(fmt, load_tokenizer(Path(directory) / "tokenizer"), bias)
+    return DecisionReading(fmt, load_tokenizer(Path(directory) / "tokenizer"), bias), head
