@@ -34,7 +34,7 @@ from flidec.runtime.labels import LabelError, Labels, LabelTable
 from flidec.runtime.run_ids import RunIds
 
 SEP = "\n\n"
-RUN_CHARS = 512  # a longer text is tokenized as runs of about this many characters (_runs)
+RUN_CHARS = 512  # a longer text is tokenized as runs of about this many characters (text_runs)
 REPLY = {
     "choice": "Answer with the letter of one option only.",
     "noul": "Answer with yes or no only.",
@@ -54,7 +54,7 @@ class ChatTokenizer(Protocol):
     """What the format needs from a tokenizer (flidec.models.tokenizer.ModelTokenizer provides it)."""
 
     special_tokens: Mapping[str, int]  # special token text -> id
-    # a text cut where _runs cuts encodes to the whole text's ids (a Qwen split: tokenizer.py)
+    # a text cut where text_runs cuts encodes to the whole text's ids (a Qwen split: tokenizer.py)
     cuts_exact: bool
 
     def encode(self, text: str) -> list[int]:
@@ -160,7 +160,7 @@ class NextTokenFormat:
         one batch (which the tokenizer encodes on all cores); the ids are the text's, whole. A tokenizer
         whose cuts are not known to be exact (ChatTokenizer.cuts_exact) takes each text as one run."""
         unique = list(dict.fromkeys(texts))
-        runs = [_runs(text) if self._tok.cuts_exact else [text] for text in unique]
+        runs = [text_runs(text) if self._tok.cuts_exact else [text] for text in unique]
         ids = iter(self.run_ids.ids([r for rs in runs for r in rs]))
         out = {}
         for text, rs in zip(unique, runs, strict=True):
@@ -320,7 +320,7 @@ class NextTokenFormat:
         return lines
 
 
-def _runs(text: str) -> list[str]:
+def text_runs(text: str) -> list[str]:
     """`text` as runs of at least RUN_CHARS characters (the last may be shorter), each cut at the first place
     after that where a cut keeps the ids (flidec.models.tokenizer._CUT_SAFE_SPLITS): right after a newline
     that a non-whitespace character follows (where pieces are cut too: module docstring), or right before a
@@ -340,7 +340,7 @@ _CUT_AT = re.compile(r"\n(?=\S)| ")
 
 
 def _cut(text: str, least: int) -> int:
-    """The first index at or after `least` where a run may start (_runs), -1 if there is none."""
+    """The first index at or after `least` where a run may start (text_runs), -1 if there is none."""
     for m in _CUT_AT.finditer(text, least - 1):
         at = m.start()
         if text[at] == "\n":

@@ -1,6 +1,6 @@
 """The ids of text runs already tokenized, so a growing text is tokenized only where it is new.
 
-Consumes runs (runtime/next_token.py `_runs`: a text cut where a cut keeps its ids, so each run's ids are
+Consumes runs (runtime/next_token.py `text_runs`: a text cut where a cut keeps its ids, so each run's ids are
 the same whatever text holds it) and a batch encoder; produces each run's ids. An agent's history grows at
 its end, and its runs before the last one are cut at the same places as the step before, so a step encodes
 its last runs only. The cache holds at most `budget_chars` characters of runs, least recently used first

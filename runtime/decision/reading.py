@@ -40,6 +40,7 @@ from flidec.runtime import answers_math as answers
 from flidec.runtime.binder import Plan, Shape
 from flidec.runtime.decision.format import DecisionFormat
 from flidec.runtime.decision.render import BOUNDARY, Question, Refusal, Renderer, describe
+from flidec.runtime.next_token import RUN_CHARS, text_runs
 
 SEP = "\n\n"  # between the state and each path text
 
@@ -539,6 +540,15 @@ class DecisionWalker:
         st, st_text = (state, joined) if state_text is not None else (joined, None)
         return render(st, st_text, site.question, labels, questions)
 
+    def _parts(self, text: str) -> list[str]:
+        """A span of a prompt as the pieces it is tokenized in: split at its boundaries, and a long piece
+        into runs where a cut keeps its ids (next_token.text_runs, for tokenizers whose cuts are exact), so
+        one batch encodes a long state on every core."""
+        parts = [part for part in text.split(BOUNDARY) if part]
+        if not self.r.tok.cuts_exact:
+            return parts
+        return [run for part in parts for run in (text_runs(part) if len(part) > RUN_CHARS else (part,))]
+
     def _segments(
         self, sites: list[_Site], prompts: list[str], pieces: list[DecisionPiece], shown: str
     ) -> tuple[Plan, list[int]]:
@@ -559,16 +569,16 @@ class DecisionWalker:
             source = prompts[under[node][0]]
             lo = cuts[parent[node]] if parent[node] >= 0 else 0
             cuts[node] = hi = self.r.cut([prompts[i] for i in under[node]], lo)
-            parts = _parts(source[lo:hi])
+            parts = self._parts(source[lo:hi])
             at = source.find(shown, 0, hi) if parent[node] < 0 and shown else -1
             if at >= 0 and at + len(shown) < hi:
                 state_cut = self.r.cut([source[: at + len(shown) + 1]], 0)
-                parts = _parts(source[:state_cut])
+                parts = self._parts(source[:state_cut])
                 head = len(parts)
-                parts += _parts(source[state_cut:hi])
+                parts += self._parts(source[state_cut:hi])
             spans.append((node, parent[node], parts))
         for i, site in enumerate(sites):
-            spans.append((-1 - i, site.chain[-1], _parts(prompts[i][cuts[site.chain[-1]] :])))
+            spans.append((-1 - i, site.chain[-1], self._parts(prompts[i][cuts[site.chain[-1]] :])))
         texts = [t for _, _, parts in spans for t in parts]
         ids = iter(self.r.tok.encode_template_batch(texts) if texts else [])
         plan = Plan()
@@ -588,11 +598,6 @@ class DecisionWalker:
             plan.reads.append((seg, dataclasses.replace(pieces[i], ids=tuple(seg_ids)), sites[i].path))
             lengths[i] = len(plan.path_ids(seg))
         return plan, lengths
-
-
-def _parts(text: str) -> list[str]:
-    """A span of a prompt as the pieces it is tokenized in: split at its boundaries."""
-    return [part for part in text.split(BOUNDARY) if part]
 
 
 def _common(a: str, b: str, most: int) -> int:

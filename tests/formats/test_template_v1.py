@@ -240,3 +240,30 @@ def test_labels_for_in_a_template_names_the_question_s_labels(decision_checkpoin
     text = Renderer(fmt, tok).prompt("s", None, q, fmt.labels_for("choice", 30), [q])
     asked, shown = text.split("<|im_start|>user\n")[1].split("<|im_end|>")[0].split("|")
     assert asked == shown and asked.startswith("AA,AB,")
+
+
+def test_long_texts_tokenize_in_runs_with_the_whole_prompt_s_ids(decision_checkpoint):
+    """A long state is encoded as runs on every core; the walker's verify checks that every read's path
+    ids still equal its whole prompt tokenized in one go."""
+    from flidec.frontend.parser import parse_spec
+
+    ckpt = decision_checkpoint("readout")
+    reading = resolve_format(GENERIC, ckpt, load_tokenizer(ckpt)).fmt
+    spec = parse_spec(
+        'model qwen3_5\nformat decision\ntree t (wire="systemone") {\n  state state: text[..4096]\n'
+        "  ask questions[1..4]: noul | choice[2..4]\n}\n",
+        "t.flide",
+    )
+    words = " ".join(f"word{i % 97} and, more." for i in range(200))
+    state = "\n".join([words, "line two <|im_start|> not a turn", words + "\n\n  indented", "end."])
+    plan, _ = reading.walker(spec.trees[0], verify=True).plan(
+        {
+            "state": state,
+            "questions": {
+                "x": {"type": "noul", "instructions": "Yes?"},
+                "y": {"type": "choice", "instructions": "Which?", "criteria": {"p": None, "q": None}},
+            },
+        }
+    )
+    assert len(plan.ids[0]) > 1000 and plan.parents == [-1, 0, 0]
+    assert 0 < plan.state_end <= len(plan.ids[0])
