@@ -31,7 +31,7 @@ def test_encode_batch_of_any_texts(qwen_tokenizer, texts) -> None:
 
 
 def test_cuts_are_exact_for_the_qwen_split_only(qwen_tokenizer) -> None:
-    """Runs cut at newlines and at spaces between letters (runtime/next_token._runs) only for the splits
+    """Runs cut at newlines and at spaces between letters (runtime/next_token.text_runs) only for the splits
     whose cuts keep the ids; any other pipeline encodes each text whole."""
     import json
 

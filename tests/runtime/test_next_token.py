@@ -152,7 +152,7 @@ PROSE = "".join(f"Line {i}: it's the {i}th line, über naïve 🙂.\n" + ("\n  i
 @given(st.lists(ATOMS, max_size=60).map("".join), st.integers(1, 12))
 def test_runs_are_cut_after_a_newline_before_text_or_before_a_space_between_letters(text, run_chars) -> None:
     with mock.patch.object(next_token, "RUN_CHARS", run_chars):
-        runs = next_token._runs(text)
+        runs = next_token.text_runs(text)
     assert "".join(runs) == text
     for run, after in pairwise(runs):
         assert len(run) >= run_chars
@@ -173,8 +173,8 @@ def test_texts_tokenized_as_runs_have_their_whole_ids(fmt: NextTokenFormat, qwen
 def test_a_long_text_is_cut_into_runs_with_its_whole_ids(fmt: NextTokenFormat, qwen_tokenizer) -> None:
     texts = [PROSE, "no newline at all " * 400, "", "Question: which?\n", "1, 2, 3: " * 400]
     # at newlines, at spaces
-    assert len(next_token._runs(PROSE)) > 10 and len(next_token._runs(texts[1])) > 10
-    assert len(next_token._runs(texts[-1])) == 1  # no space between two letters
+    assert len(next_token.text_runs(PROSE)) > 10 and len(next_token.text_runs(texts[1])) > 10
+    assert len(next_token.text_runs(texts[-1])) == 1  # no space between two letters
     assert fmt.encode_texts(texts) == {t: tuple(qwen_tokenizer.encode(t)) for t in texts}
     root = fmt.root_draft(PROSE)  # as the template walker tokenizes it, against the whole prompt in one go
     ids = root.ids(fmt.encode_texts(root.texts()))

@@ -18,7 +18,7 @@ from flidec.frontend import load_spec
 from flidec.ir.errors import ArtifactError, InstanceError
 from flidec.run import Answerer, Summary
 from flidec.runtime.binder import Walker, bind
-from flidec.runtime.next_token import NextTokenFormat, _runs
+from flidec.runtime.next_token import NextTokenFormat, text_runs
 from flidec.runtime.program import load
 from flidec.runtime.serve import Server
 from flidec.runtime.templates import TemplateWalker, _check_paths
@@ -141,8 +141,8 @@ def test_an_instance_is_tokenized_in_one_batch(program, qwen_tokenizer) -> None:
     root = "user\n" + inst["state"] + "\n\n"
     lines = ["Question: Is it long?\n", "yes\n", "no\n", "Question: Which?\n", "A: x - ex\n", "B: y\n"]
     counted = [inst["state"], "Is it long?", "Which?", "x", "ex", "y"]  # what the bounds count
-    assert len(_runs(root)) > 4 and len(_runs(inst["state"])) > 4
-    runs = [r for text in [root, *lines, *counted] for r in _runs(text)]
+    assert len(text_runs(root)) > 4 and len(text_runs(inst["state"])) > 4
+    runs = [r for text in [root, *lines, *counted] for r in text_runs(text)]
     assert batch == list(dict.fromkeys(runs)) and len(batch) < len(runs)  # a repeated run is encoded once
     _check_paths(plan, Walker(t.tree, program.fmt, verify=True).plan(inst)[0])
 

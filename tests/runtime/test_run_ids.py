@@ -20,7 +20,7 @@ def test_a_growing_history_is_tokenized_only_where_it_is_new(qwen_tokenizer) -> 
         before = counting.calls
         got = fmt.encode_texts([history, "Question: which?\n"])
         assert got[history] == tuple(qwen_tokenizer.encode(history))  # the whole text's ids, every step
-        runs = len(next_token._runs(history))
+        runs = len(next_token.text_runs(history))
         if step == 0:
             assert counting.calls - before == runs + 1
         else:  # the runs before the last one of the step before are cut where they were: held
