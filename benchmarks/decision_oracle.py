@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # `python benchmarks/decision_oracle.py` puts benchmarks/ first, not the root
     sys.path.insert(0, str(ROOT))
 
+from benchmarks.decision_report import ENGINES, section
 from benchmarks.source import ensure_flidec
 
 ensure_flidec(ROOT)  # the GPU box runs flidec from this source tree when it is not installed
@@ -41,7 +42,6 @@ from benchmarks.workloads import _GRADES, _noul, _Prose
 
 SPEC = ROOT / "tests" / "formats" / "systemone_decision.flide"
 LAYOUTS = ("readout", "standalone", "forms")
-ENGINES = ("flidec", "flide")
 WEIGHT_FILES = ("model.safetensors", "model-*-of-*.safetensors", "model.safetensors.index.json")
 MIN_WORKER_S = 20.0  # an engine is not started with less left: it could not load, let alone answer
 TAIL_LINES = 40  # of a worker's output kept in the JSON when it fails
@@ -528,7 +528,7 @@ def run(args: argparse.Namespace) -> int:
         log(str(e))
     result["elapsed_s"] = round(time.time() - start, 1)
     _write(args.out, result)
-    print(report(result))
+    print(section(result))
     return 0
 
 
@@ -563,81 +563,6 @@ def _environment() -> dict:
         except metadata.PackageNotFoundError:
             env[name] = None
     return env
-
-
-# --- the report ---------------------------------------------------------------------------------------------
-
-
-def report(result: dict) -> str:
-    """BENCHMARKS.md's section: heading, command, date, GPU, commit, the table, what the numbers mean."""
-    engines = result.get("engines", list(ENGINES))
-    via = " (`DECISION=1 bash benchmarks/device.sh COMMIT`)" if result["device"].startswith("cuda") else ""
-    lines = [
-        "## Decision formats beside flide", "",
-        f"`{result['command']}`{via}, {result['date']}, "
-        f"{result.get('gpu') or result['device']}, commit {result['commit']}; {result['size']} checkpoints "
-        f"(seeded weights, the real tokenizer), `{result['spec']}`.", "",
-        "| layout | requests | questions compared | max \\|dp\\| | mean \\|dp\\| | argmax flips "
-        "| refusals that differ | refused by both | flidec s | flide s |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    notes = []
-    for layout, entry in result["layouts"].items():
-        if "skipped" in entry or "error" in entry:
-            lines.append(f"| {layout} | {entry.get('skipped') or 'error'} |" + " |" * 8)
-            if "error" in entry:
-                notes.append(f"{layout}: {entry['error']}")
-            continue
-        c = entry.get("comparison") or {}
-        rows = entry.get("engines", {})
-        cells = [layout, str(entry["requests"]), _n(c.get("questions")), _p(c.get("max_dp")),
-                 _p(c.get("mean_dp")), _n(c.get("argmax_flips")), _n(c.get("refusals_differ")),
-                 _n(c.get("both_refused"))]
-        for engine in ENGINES:
-            row = rows.get(engine, {})
-            cells.append(_s(row))
-            if engine in engines and row.get("status") != "ok":
-                notes.append(f"{layout}, {engine}: {row.get('status')}: {row.get('error', '')}".rstrip(": "))
-            elif row.get("note"):
-                notes.append(f"{layout}, {engine}: {row['note']}")
-        lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", "Per layout, both engines answer the same seeded System One requests: flidec through the "
-              "spec compiled for the device with the checkpoint's decision_config.json, flide "
-              f"{_flide_version(result)} through its Engine with the format that file names (its offline "
-              "packed path). |dp| is the absolute difference of one probability (a noul's p, a choice "
-              "option's, a score level's) over every question both answered; flide rounds to 6 decimals, so "
-              "|dp| under 1e-6 is agreement. An argmax flip is a question whose top option differs (a "
-              "noul's p on either side of 0.5); a refusal that differs is a request one engine answers and "
-              "the other turns down. Seconds: one pass over the set after a warm-up pass, request JSON to "
-              "answers (flide's planning and finishing included), each engine in its own process."]
-    if result.get("stopped"):
-        notes.append(f"the run was {result['stopped']}")
-    if notes:
-        lines += [""] + [f"- {n}" for n in notes]
-    return "\n".join(lines) + "\n"
-
-
-def _flide_version(result: dict) -> str:
-    for entry in result["layouts"].values():
-        if entry.get("engines", {}).get("flide", {}).get("version"):
-            return entry["engines"]["flide"]["version"]
-    return result["environment"].get("flide") or "0.1.4"
-
-
-def _n(v: object) -> str:
-    return "-" if v is None else str(v)
-
-
-def _p(v: float | None) -> str:
-    return "-" if v is None else f"{v:.2e}" if 0 < v < 1e-3 else f"{v:.4f}"
-
-
-def _s(row: dict) -> str:
-    if row.get("status") != "ok":
-        return {"not requested": "-"}.get(row.get("status"), row.get("status") or "-")
-    if row.get("timed_s") is None:
-        return f"{row['warm_s']:.2f} (cold)"
-    return f"{row['timed_s']:.2f}"
 
 
 # --- the command line ---------------------------------------------------------------------------------------
@@ -675,7 +600,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.report is not None:
-        print(report(json.loads(args.report.read_text())), end="")
+        print(section(json.loads(args.report.read_text())), end="")
         return 0
     if args.device is None:
         import torch

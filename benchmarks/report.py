@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from benchmarks import metrics
+from benchmarks import decision_report, metrics
 from benchmarks.engines import REFERENCE, SOLO_OF
 from benchmarks.measure import Cell
 from benchmarks.prose import corpus_sha256
@@ -831,6 +831,9 @@ def page(args: argparse.Namespace, root: Path) -> str:
         "numerics": numerics_section(run, list(args.numerics or []), root),
         "sizes": sizes_section(list(args.size or []), root),
         "gemm": gemm_section(args.gemm, root),
+        # empty without --decision, so the page is byte for byte what it was without the section
+        "decision": "\n\n" + decision_report.section(json.loads((root / args.decision).read_text())).rstrip()
+        if args.decision else "",
     }
     return string.Template(PAGE_TEMPLATE.read_text()).substitute(values)
 
@@ -852,6 +855,8 @@ def page_parser() -> argparse.ArgumentParser:
     p.add_argument("--size", action="append", type=Path, help="a harness results file of another model "
                    "size (make_checkpoint --size) with flidec and flide (repeatable)")
     p.add_argument("--gemm", type=Path, help="benchmarks/gemm_library.py's file (cuBLAS beside the GEMMs)")
+    p.add_argument("--decision", type=Path, help="benchmarks/decision_oracle.py's file (decision formats "
+                   "beside flide)")
     p.add_argument("--out", type=Path, default=Path("BENCHMARKS.md"))
     return p
 
@@ -862,7 +867,7 @@ def page_command(args: argparse.Namespace) -> str:
              ("--previous", args.previous), *(("--agent", a) for a in args.agent or []),
              ("--serve", args.serve), ("--router", args.router),
              *(("--numerics", n) for n in args.numerics or []), *(("--size", n) for n in args.size or []),
-             ("--gemm", args.gemm), ("--out", args.out)]
+             ("--gemm", args.gemm), ("--decision", args.decision), ("--out", args.out)]
     return " \\\n  ".join(["python -m benchmarks.report", *(f"{k} {v}" for k, v in given if v)])
 
 
