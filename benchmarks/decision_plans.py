@@ -14,7 +14,6 @@ answers. flide is imported from where pip put it (`pip install --no-deps flide==
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import random
 import sys
