@@ -14,6 +14,7 @@ answers. flide is imported from where pip put it (`pip install --no-deps flide==
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import random
 import sys
@@ -158,6 +159,8 @@ def main(argv: list[str] | None = None) -> int:
         "command": "python benchmarks/decision_plans.py " + " ".join(argv or sys.argv[1:]),
         "flide": _flide_version(),
         "requests_per_layout": args.requests,
+        "date": datetime.date.today().isoformat(),
+        "commit": _commit(),
         "layouts": {},
     }
     for layout in args.layouts.split(","):
