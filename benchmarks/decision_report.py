@@ -80,3 +80,25 @@ def _s(row: dict) -> str:
     if row.get("timed_s") is None:
         return f"{row['warm_s']:.2f} (cold)"
     return f"{row['timed_s']:.2f}"
+
+
+def plans_section(result: dict) -> str:
+    """The reading beside flide's own, on the CPU (benchmarks/decision_plans.py): prompt ids, refusals and
+    the answers both engines make from the same logits."""
+    lines = [
+        "### The reading beside flide's own, without a forward pass (benchmarks/decision_plans.py)", "",
+        f"`{result['command']}`, {result['date']}, CPU, commit {result['commit']}, flide {result['flide']}; "
+        "tiny checkpoints of the three layouts (the real tokenizer, the layouts' own readout heads).", "",
+        "| layout | requests | questions compared | prompts whose ids differ | refusals that differ "
+        "| refused by both | max \\|dp\\| from the same logits |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for layout, s in result["layouts"].items():
+        lines.append(f"| {layout} | {s['requests']} | {s['questions']} | {s['ids_differ']} | "
+                     f"{s['refusals_differ']} | {s['both_refused']} | {_p(s['max_dp'])} |")
+    lines += ["", "Each question's whole prompt as flide's format plans it (its prefix and the "
+              "question's suffix) against flidec's path for that read; then one seeded logit per head row "
+              "the question reads, given to flide's `finish` and to flidec's `DecisionReading.answer`: "
+              "labels, label forms, readout rows, temperatures and the softmax. flide rounds its "
+              "probabilities to 6 decimals, so a |dp| under 1e-6 is agreement."]
+    return "\n".join(lines) + "\n"

@@ -831,11 +831,21 @@ def page(args: argparse.Namespace, root: Path) -> str:
         "numerics": numerics_section(run, list(args.numerics or []), root),
         "sizes": sizes_section(list(args.size or []), root),
         "gemm": gemm_section(args.gemm, root),
-        # empty without --decision, so the page is byte for byte what it was without the section
-        "decision": "\n\n" + decision_report.section(json.loads((root / args.decision).read_text())).rstrip()
-        if args.decision else "",
+        "decision": decision_section(args.decision, args.decision_plans, root),
     }
     return string.Template(PAGE_TEMPLATE.read_text()).substitute(values)
+
+
+def decision_section(run: Path | None, plans: Path | None, root: Path) -> str:
+    """The decision formats' section from decision_oracle.py's GPU run and decision_plans.py's CPU one; empty
+    without either, so the page is byte for byte what it was before the section."""
+    parts = []
+    if run is not None:
+        parts.append(decision_report.section(json.loads((root / run).read_text())).rstrip())
+    if plans is not None:
+        text = decision_report.plans_section(json.loads((root / plans).read_text())).rstrip()
+        parts.append(text if run is not None else "## Decision formats beside flide\n\n" + text)
+    return "".join("\n\n" + p for p in parts)
 
 
 def page_parser() -> argparse.ArgumentParser:
@@ -856,7 +866,9 @@ def page_parser() -> argparse.ArgumentParser:
                    "size (make_checkpoint --size) with flidec and flide (repeatable)")
     p.add_argument("--gemm", type=Path, help="benchmarks/gemm_library.py's file (cuBLAS beside the GEMMs)")
     p.add_argument("--decision", type=Path, help="benchmarks/decision_oracle.py's file (decision formats "
-                   "beside flide)")
+                   "beside flide on the GPU)")
+    p.add_argument("--decision-plans", type=Path, help="benchmarks/decision_plans.py's file (the reading "
+                   "beside flide's own, on the CPU)")
     p.add_argument("--out", type=Path, default=Path("BENCHMARKS.md"))
     return p
 
@@ -867,7 +879,8 @@ def page_command(args: argparse.Namespace) -> str:
              ("--previous", args.previous), *(("--agent", a) for a in args.agent or []),
              ("--serve", args.serve), ("--router", args.router),
              *(("--numerics", n) for n in args.numerics or []), *(("--size", n) for n in args.size or []),
-             ("--gemm", args.gemm), ("--decision", args.decision), ("--out", args.out)]
+             ("--gemm", args.gemm), ("--decision", args.decision),
+             ("--decision-plans", args.decision_plans), ("--out", args.out)]
     return " \\\n  ".join(["python -m benchmarks.report", *(f"{k} {v}" for k, v in given if v)])
 
 

@@ -110,7 +110,7 @@ def test_benchmarks_md_is_what_its_command_regenerates() -> None:
     args = report.page_parser().parse_args(argv)
     assert args.out == Path("BENCHMARKS.md") and args.run.parent == Path("benchmarks/results")
     assert report.page(args, ROOT) == text, "BENCHMARKS.md is stale: run the command at its top to rewrite it"
-    assert len(text.splitlines()) <= 300
+    assert len(text.splitlines()) <= 330  # the current reference, not a journal (one section a measurement)
 
 
 SERVE = {
@@ -137,7 +137,8 @@ def test_the_serve_section_renders_only_from_its_file(tmp_path) -> None:
     text = (ROOT / "BENCHMARKS.md").read_text()
     start = text.index("python -m benchmarks.report")
     argv = shlex.split(text[start : text.index("```", start)].replace("\\\n", " "))[3:]
-    for flag in ("--serve", "--router", "--numerics", "--size", "--gemm"):  # the files after --serve left out
+    # the files after --serve left out
+    for flag in ("--serve", "--router", "--numerics", "--size", "--gemm", "--decision", "--decision-plans"):
         while flag in argv:
             at = argv.index(flag)
             argv = argv[:at] + argv[at + 2 :]
