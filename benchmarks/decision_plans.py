@@ -82,6 +82,7 @@ def compare(ckpt: Path, requests: list[dict], seed: int) -> dict:
         "requests": len(requests),
         "questions": 0,
         "ids_differ": 0,
+        "rows_differ": 0,
         "refusals_differ": 0,
         "both_refused": 0,
         "max_dp": 0.0,
@@ -110,6 +111,10 @@ def compare(ckpt: Path, requests: list[dict], seed: int) -> dict:
             # the same logits for both: one value per head row this question reads
             vector = [0.0] * len(fmt.row_ids)
             flat = [r for rs in rows for r in (rs if isinstance(rs, list) else [rs])]
+            # the head rows each label reads: a readout head's row index, or the output head's token id
+            read = flat if reading.fmt.head.kind == "readout" else [fmt.row_ids[r] for r in flat]
+            if read != list(piece.labels):
+                stats["rows_differ"] += 1
             values = {r: rng.gauss(0.0, 2.0) for r in flat}
             for r, v in values.items():
                 vector[r] = v

@@ -89,13 +89,13 @@ def plans_section(result: dict) -> str:
         "### The reading beside flide's own, without a forward pass (benchmarks/decision_plans.py)", "",
         f"`{result['command']}`, {result['date']}, CPU, commit {result['commit']}, flide {result['flide']}; "
         "tiny checkpoints of the three layouts (the real tokenizer, the layouts' own readout heads).", "",
-        "| layout | requests | questions compared | prompts whose ids differ | refusals that differ "
-        "| refused by both | max \\|dp\\| from the same logits |",
-        "|---|---|---|---|---|---|---|",
+        "| layout | requests | questions compared | prompts whose ids differ | head rows that differ "
+        "| refusals that differ | refused by both | max \\|dp\\| from the same logits |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for layout, s in result["layouts"].items():
         lines.append(f"| {layout} | {s['requests']} | {s['questions']} | {s['ids_differ']} | "
-                     f"{s['refusals_differ']} | {s['both_refused']} | {_p(s['max_dp'])} |")
+                     f"{s['rows_differ']} | {s['refusals_differ']} | {s['both_refused']} | {_p(s['max_dp'])} |")
     lines += ["", "Each question's whole prompt as flide's format plans it (its prefix and the "
               "question's suffix) against flidec's path for that read; then one seeded logit per head row "
               "the question reads, given to flide's `finish` and to flidec's `DecisionReading.answer`: "

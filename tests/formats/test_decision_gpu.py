@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 HERE = Path(__file__).resolve().parent
 BUILD = (
     "import sys; from flidec.compile import compile_artifact; "
-    "compile_artifact(sys.argv[1], sys.argv[2], 'sm_90', sys.argv[3], kernel_cache=sys.argv[4])"
+    "from pathlib import Path; compile_artifact(sys.argv[1], sys.argv[2], 'sm_90', sys.argv[3], kernel_cache=Path(sys.argv[4]), activations='fp32')"
 )
 REQUESTS = [
     {
