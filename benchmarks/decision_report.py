@@ -94,8 +94,9 @@ def plans_section(result: dict) -> str:
         "|---|---|---|---|---|---|---|---|",
     ]
     for layout, s in result["layouts"].items():
-        lines.append(f"| {layout} | {s['requests']} | {s['questions']} | {s['ids_differ']} | "
-                     f"{s['rows_differ']} | {s['refusals_differ']} | {s['both_refused']} | {_p(s['max_dp'])} |")
+        cells = [layout, s["requests"], s["questions"], s["ids_differ"], s["rows_differ"],
+                 s["refusals_differ"], s["both_refused"], _p(s["max_dp"])]
+        lines.append("| " + " | ".join(map(str, cells)) + " |")
     lines += ["", "Each question's whole prompt as flide's format plans it (its prefix and the "
               "question's suffix) against flidec's path for that read; then one seeded logit per head row "
               "the question reads, given to flide's `finish` and to flidec's `DecisionReading.answer`: "

@@ -1,7 +1,8 @@
 """GPU tier for decision formats: each layout's tiny checkpoint compiled for sm_90 (in a subprocess without
-TRITON_INTERPRET) and run on the GPU: answers agree with the reference executor (bf16 within one TOLERANCE
-of its distance to the fp32 reference; the readout head runs in fp32 on both), E1 (alone == packed) and E3
-(every read == its plain single-sequence pass, a tree with path texts included) bit for bit."""
+TRITON_INTERPRET) with fp32 activations, the build whose numerics the reference executor's are (bf16
+weights, fp32 activations), and run on the GPU: answers agree with the reference executor (bf16 within one
+TOLERANCE of its distance to the fp32 reference; the readout head runs in fp32 on both), E1 (alone ==
+packed) and E3 (every read == its plain single-sequence pass) bit for bit."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 HERE = Path(__file__).resolve().parent
 BUILD = (
     "import sys; from flidec.compile import compile_artifact; "
-    "from pathlib import Path; compile_artifact(sys.argv[1], sys.argv[2], 'sm_90', sys.argv[3], kernel_cache=Path(sys.argv[4]), activations='fp32')"
+    "from pathlib import Path; compile_artifact(sys.argv[1], sys.argv[2], 'sm_90', sys.argv[3], "
+    "kernel_cache=Path(sys.argv[4]), activations='fp32')"
 )
 REQUESTS = [
     {
