@@ -844,6 +844,10 @@ def decision_section(run: Path | None, plans: Path | None, root: Path) -> str:
         parts.append(decision_report.section(json.loads((root / run).read_text())).rstrip())
     if plans is not None:
         text = decision_report.plans_section(json.loads((root / plans).read_text())).rstrip()
+        if run is not None:  # what the two measurements together say
+            parts.append("Where the reading itself agrees (the table below: the same prompt ids, head rows "
+                         "and arithmetic), what is left between the engines is each one's bf16 forward pass "
+                         "(flidec's default build rounds activations to bf16, docs/DESIGN.md E4).")
         parts.append(text if run is not None else "## Decision formats beside flide\n\n" + text)
     return "".join("\n\n" + p for p in parts)
 
