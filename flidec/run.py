@@ -20,7 +20,7 @@ import secrets
 import shutil
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -36,12 +36,13 @@ from flidec.models import DEMO_MODEL
 from flidec.models.tokenizer import load_tokenizer
 from flidec.models.weights import resolve_model
 from flidec.runtime.answers import assemble
-from flidec.runtime.binder import Plan, Shape, Walker, bound_from_plans
+from flidec.runtime.binder import Walker, bound_from_plans
 from flidec.runtime.decision.reading import DecisionReading
-from flidec.runtime.program import error_record
 from flidec.runtime.recording import MODEL_DTYPES as DTYPES
 from flidec.runtime.reference.executor import ReferenceExecutor
 from flidec.runtime.reference.qwen3_5 import Qwen35
+from flidec.runtime.request import Request, Result, error_record
+from flidec.runtime.scheduler import execute_isolated
 
 
 @dataclass
@@ -192,8 +193,10 @@ class Answerer:
     """The model traced once, the format and the executor: answers lists of instances."""
 
     def __init__(self, spec: Spec, tree: Tree, model: str, device: str, dtype: str, served_name: str | None,
-                 format: str | None = None):
+                 format: str | None = None, max_stream_tokens: int = 8192):
         model_dir = resolve_model(model)
+        self.max_stream_tokens = max_stream_tokens
+        self.summary = Summary()
         self.tree = tree
         chosen = resolve_format(spec.format, model_dir, load_tokenizer(model_dir), format, model)
         if chosen.note:
@@ -205,43 +208,43 @@ class Answerer:
         self.device = device
         self.served_name = served_name or model_dir.name
 
-    def answer(self, instances: list[object], max_stream_tokens: int, summary: Summary) -> list[dict]:
-        """Answers (or error objects) for `instances`, in order. Each instance is validated and tokenized
-        once; its plan sizes it for packing and is packed as it is."""
+    def run(self, instances: Sequence[object]) -> list[dict]:
+        """Each instance's answer object or error record, in order: one run, a failing one redone apart."""
+        requests = [self.prepare(Request(inst)) for inst in instances]
+        execute_isolated(self, [r for r in requests if r.result is None])
+        return [r.result.record for r in requests]  # type: ignore[union-attr]
+
+    def run_rows(self, tree: str | None = None) -> int:
+        return self.max_stream_tokens
+
+    def prepare(self, request: Request) -> Request:
+        """Validated (token bounds counted by the format) and planned by the verifying walker."""
         walker = self.fmt.walker(self.tree, verify=True) if isinstance(self.fmt, DecisionReading) else \
             Walker(self.tree, self.fmt, verify=True)
+        try:
+            validate_instance(self.tree, request.instance, self.fmt.count_tokens)
+            request.plan, request.shape = walker.plan(request.instance)
+        except InstanceError as e:
+            request.fail(e)
+        except (ValueError, TypeError, RecursionError, UnicodeError) as e:  # validation missed it: a bug
+            request.fail(InstanceError([_internal(e)]))
+        return request
 
-        def plan(inst: object) -> tuple[Plan, Shape] | InstanceError:
-            try:
-                validate_instance(self.tree, inst, self.fmt.count_tokens)
-                return walker.plan(inst)
-            except InstanceError as e:
-                return e
-            except (ValueError, TypeError, RecursionError, UnicodeError) as e:  # validation missed it: a bug
-                return InstanceError([_internal(e)])
-
-        planned = [plan(inst) for inst in instances]
-        sizes = [0 if isinstance(p, InstanceError) else sum(map(len, p[0].ids)) for p in planned]
-        out: list[dict | None] = [None] * len(instances)
-        for group in _pack_greedy(sizes, max_stream_tokens):
-            bound = bound_from_plans(self.tree, self.fmt, [planned[i] for i in group], _planned)
-            if bound.sites:
-                logits = self.executor.run_stream(bound.stream, self.device).cpu()
-                summary.streams += 1
-                summary.stream_tokens += bound.rows_used
-                summary.questions += len(bound.sites)
-            else:
-                logits = torch.zeros(0, 1)
+    def execute(self, requests: Sequence[Request]) -> None:
+        """Consecutive requests packed into streams of at most max_stream_tokens rows (one over it runs
+        alone), each run by the reference executor; plans are packed as they are (no saved states)."""
+        live = [r for r in requests if r.result is None]
+        sizes = [sum(map(len, r.plan.ids)) for r in live]  # type: ignore[union-attr]
+        for group in _pack_greedy(sizes, self.max_stream_tokens):
+            members = [live[i] for i in group]
+            bound = bound_from_plans(self.tree, self.fmt, [(r.plan, r.shape) for r in members], lambda p: p)
+            logits = self.executor.run_stream(bound.stream, self.device).cpu()
+            self.summary.streams += 1
+            self.summary.stream_tokens += bound.rows_used
+            self.summary.questions += len(bound.sites)
             answers = assemble(bound, logits, served_name=self.served_name)
-            for k, i in enumerate(group):
-                out[i] = answers[k] if answers[k] is not None else _error(bound.errors[k])
-        return out  # type: ignore[return-value]
-
-
-def _planned(p: tuple[Plan, Shape] | InstanceError) -> tuple[Plan, Shape]:
-    if isinstance(p, InstanceError):
-        raise p
-    return p
+            for k, r in enumerate(members):
+                r.result = Result(answers[k]) if answers[k] is not None else Result.failed(bound.errors[k])
 
 
 def _pack_greedy(sizes: list[int], budget: int) -> list[list[int]]:
@@ -257,24 +260,9 @@ def _pack_greedy(sizes: list[int], budget: int) -> list[list[int]]:
     return groups
 
 
-_error = error_record
-
-
 def _internal(e: BaseException) -> str:
     return (f"internal error: {type(e).__name__}: {e}; this is a bug in flidec; please report it with the "
             "command and this instance")
-
-
-def _answer_isolated(answerer: Answerer | ArtifactAnswerer, instances: list[object], budget: int,
-                     summary: Summary) -> list[dict]:
-    """`answerer.answer`, and when it fails as a whole, each instance again alone: only the instance that
-    fails by itself gets the error (an internal one unless it is a FlideError), the others their answers."""
-    try:
-        return answerer.answer(instances, budget, summary)
-    except Exception as e:
-        if len(instances) == 1:
-            return [_error(e) if isinstance(e, FlideError) else _error(InstanceError([_internal(e)]))]
-    return [_answer_isolated(answerer, [inst], budget, summary)[0] for inst in instances]
 
 
 def _json_line(record: dict) -> bytes:
@@ -300,15 +288,22 @@ class ArtifactAnswerer:
                             checkpoints=saved.checkpoints, gpu_budget_gib=saved.gpu_gib,
                             host_budget_gib=saved.host_gib)
         self.tree = self.program.tree(tree).tree
+        self.summary = Summary()
 
-    def answer(self, instances: list[object], max_stream_tokens: int, summary: Summary) -> list[dict]:
+    def run_rows(self, tree: str | None = None) -> int:
+        return self.program.run_rows(tree)
+
+    def prepare(self, request: Request) -> Request:
+        request.tree = self.tree.name
+        return self.program.prepare(request)
+
+    def execute(self, requests: Sequence[Request]) -> None:
         before = self.program.stats
-        results = self.program.run(instances, self.tree.name)
+        self.program.execute(requests)
         after = self.program.stats
-        summary.streams += after.streams - before.streams
-        summary.stream_tokens += after.stream_tokens - before.stream_tokens
-        summary.questions += after.questions - before.questions
-        return results
+        self.summary.streams += after.streams - before.streams
+        self.summary.stream_tokens += after.stream_tokens - before.stream_tokens
+        self.summary.questions += after.questions - before.questions
 
 
 @dataclass(frozen=True)
@@ -348,8 +343,9 @@ def run(spec_path: str, model: str | None, instances_path: str, out_dir: str, *,
             spec, _ = load_spec(spec_path)
             model = model or str(DEMO_MODEL)  # the CLI says so on stderr
             chosen = pick_tree(spec, tree)
-            answerer = Answerer(spec, chosen, model, device, dtype or "fp32", served_name, format)
-        summary = Summary()
+            answerer = Answerer(spec, chosen, model, device, dtype or "fp32", served_name, format,
+                                max_stream_tokens)
+        summary = answerer.summary = Summary()  # the run's counts (a test may reuse one answerer)
         start = time.perf_counter()
         assert output.tmp is not None
         with open(output.tmp / "results.jsonl", "wb") as f:
@@ -357,9 +353,9 @@ def run(spec_path: str, model: str | None, instances_path: str, out_dir: str, *,
             for item in read_instances(instances):
                 window_items.append(item)
                 if len(window_items) == window:
-                    _flush(answerer, window_items, f, max_stream_tokens, summary, start, progress)
+                    _flush(answerer, window_items, f, summary, start, progress)
                     window_items = []
-            _flush(answerer, window_items, f, max_stream_tokens, summary, start, progress)
+            _flush(answerer, window_items, f, summary, start, progress)
         summary.wall_s = time.perf_counter() - start
         stats = answerer.program.stats.saved if isinstance(answerer, ArtifactAnswerer) else None
         summary.saved_states = None if stats is None else asdict(stats)
@@ -390,15 +386,18 @@ def _refuse_ignored(source: Path, model: str | None, max_stream_tokens: int | No
         raise FlideError("--trust-weights applies to an artifact's referenced weights, not to a .flide spec")
 
 
-def _flush(answerer: Answerer, items: list[tuple[int, object]], f, budget: int, summary: Summary,
+def _flush(answerer: Answerer | ArtifactAnswerer, items: list[tuple[int, object]], f, summary: Summary,
            start: float, progress: bool) -> None:
+    """A window of lines answered as one run (runtime/scheduler.execute_isolated: a run that raises is
+    redone in halves, so only the line that fails alone gets the error) and written in input order."""
     if not items:
         return
-    parsed = [(k, obj) for k, (_, obj) in enumerate(items) if not isinstance(obj, InstanceError)]
-    answers = _answer_isolated(answerer, [obj for _, obj in parsed], budget, summary)
-    by_index = {k: a for (k, _), a in zip(parsed, answers, strict=True)}
-    for k, (_, obj) in enumerate(items):
-        record = by_index.get(k) or _error(obj)  # type: ignore[arg-type]
+    requests = [None if isinstance(obj, InstanceError) else answerer.prepare(Request(obj))
+                for _, obj in items]
+    execute_isolated(answerer, [r for r in requests if r is not None and r.result is None])
+    for r, (_, obj) in zip(requests, items, strict=True):
+        ended = r is not None and r.result is not None
+        record = r.result.record if ended else error_record(obj)  # type: ignore[union-attr, arg-type]
         summary.instances += 1
         if "error" in record:
             summary.failed += 1

@@ -113,6 +113,7 @@ class BoundStream:
     rows_used: int  # rows holding segments; the rest (up to the stream's length) is padding
     input_tokens: tuple[int, ...]  # per instance: the sum of its asks' whole prompt lengths (0 if it failed)
     roots: tuple[int, ...] = ()  # per instance: the stream segment of its plan's root, -1 if it failed
+    read_tokens: tuple[int, ...] = ()  # per read: its whole prompt's length
 
 
 class Held(Protocol):
@@ -313,7 +314,7 @@ def bound_from_plans(tree: Tree, fmt: BindFormat, instances: Sequence[object],
     for (i, _), r in zip(plans, plan_roots, strict=True):
         roots[i] = r
     return BoundStream(stream, sites, tuple(shapes), errors, fmt, tree.wire, used, tuple(input_tokens),
-                       tuple(roots))
+                       tuple(roots), tuple(lengths))
 
 
 def _pack(plans: list[tuple[int, Plan]], rows: int | None

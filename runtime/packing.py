@@ -25,12 +25,14 @@ FIXED_ROWS = 1024
 
 @dataclass(frozen=True)
 class Piece:
-    """One stream's share of one instance: its whole plan or a sub-plan of it."""
+    """One stream's share of a run's requests: one request's whole plan, a sub-plan of it, or the plans of
+    several requests forked from one shared root (runtime/sharing.py)."""
 
-    index: int  # the instance's index in the caller's list
     plan: Plan
     sizes: Sizes
-    reads: tuple[int, ...]  # the instance's read index of each of the plan's reads, in order
+    owners: tuple[tuple[int, int], ...]  # per read of the plan, in order: (request index, its read index)
+    whole: bool = False  # the plan is its one request's whole plan
+    saver: int = -1  # the request whose session keeps the point the plan saves (-1: none)
 
 
 def _saved_fit(pieces: list[Piece]) -> bool:

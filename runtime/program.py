@@ -1,12 +1,12 @@
-"""The loaded artifact: `load(artifact)` -> Program; `Program.run(instances)` -> answers.
+"""The loaded artifact: `load(artifact)` -> Program, the runtime's one door for Requests (runtime/request.py).
 
 `load` checks the manifest (runtime/artifact.py), reads the tree IR, the program IR (each tree's template and
-bucket ladder), the tokenizer and the weights, and makes the engine (runtime/engines.py). `Program.run` plans
-each instance from its template (tokenizing only the bound text; runtime/templates.py), splits what is over
-the largest bucket (runtime/split.py), packs the pieces into streams (runtime/packing.py), runs them on the
-engine, pipelined, and returns per instance its answer object (runtime/answers.py) or `{"error": {...}}`.
-On an engine that resumes, a plan's root starts from its longest saved prefix and a resumable state saves
-a new point (runtime/saved).
+bucket ladder), the tokenizer and the weights, and makes the engine (runtime/engines.py). `Program.prepare`
+plans a request from its template (tokenizing only the bound text; runtime/templates.py) and splits what is
+over the largest bucket (runtime/split.py); `Program.execute` runs prepared requests together: each root
+resumes from its longest saved prefix (runtime/saved), roots with a common prefix are forked from one
+(runtime/sharing.py), the pieces are packed into streams (runtime/packing.py) and run on the engine,
+pipelined, and each request gets its Result: its answer object (runtime/answers.py) or `{"error": {...}}`.
 Imports torch, numpy, tokenizers, safetensors and flidec.ir / flidec.runtime / flidec.models only: never
 Triton, lark or the compiler's packages.
 """
@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import json
 import threading
-from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections import Counter, deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,42 +35,26 @@ from flidec.models.tokenizer import load_tokenizer
 from flidec.models.weights import load_weights
 from flidec.runtime.answers import answer_instance
 from flidec.runtime.artifact import load_manifest, weights_dir
-from flidec.runtime.binder import BoundStream, Plan, Shape, bound_from_plans, merge_chains
+from flidec.runtime.binder import BoundStream, bound_from_plans, merge_chains
 from flidec.runtime.decision.load import load_reading
 from flidec.runtime.decision.reading import DecisionReading
 from flidec.runtime.engines import Engine, GraphEngine, Pending, ReferenceEngine
 from flidec.runtime.launch import Launcher, read_kernel
-from flidec.runtime.meta import Stream
+from flidec.runtime.meta import Read, Segment, Stream, build_meta
 from flidec.runtime.next_token import NextTokenFormat
 from flidec.runtime.packing import Piece, pack_streams
 from flidec.runtime.recording import MODEL_DTYPES as DTYPES
 from flidec.runtime.recording import Recording, read_recording
 from flidec.runtime.reference.qwen3_5 import READOUT
+from flidec.runtime.request import Request, Result
 from flidec.runtime.row_check import check_row_invariance
 from flidec.runtime.saved.keys import scope_of
 from flidec.runtime.saved.point import PointLayout, SavedPoint
-from flidec.runtime.saved.resume import Session, make_point, resume, split_session
+from flidec.runtime.saved.resume import make_point, resume, split_session
 from flidec.runtime.saved.store import GIB, SavedStates, SavedStats
+from flidec.runtime.sharing import share
 from flidec.runtime.split import fits, misfit, plan_sizes, split_plan, stream_sizes
 from flidec.runtime.templates import TemplateWalker
-
-
-def error_record(e: FlideError) -> dict:
-    """The result of an instance that could not be answered (one line of results.jsonl)."""
-    problems = list(e.problems) if isinstance(e, InstanceError) else [str(e)]
-    return {"error": {"type": type(e).__name__, "problems": problems}}
-
-
-@dataclass
-class _Answered:
-    """One instance's reads gathered from its streams, in its plan order."""
-
-    plan: Plan
-    shape: Shape
-    rows: list[torch.Tensor | None]  # per read: its label logits row
-    input_tokens: int = 0
-    session: Session | None = None
-    reused: int = 0  # its root's positions resumed from a saved point
 
 
 @dataclass(frozen=True)
@@ -80,6 +64,8 @@ class Stats:
     streams: int = 0
     stream_tokens: int = 0  # rows computed (padding and rows resumed from saved points excluded)
     questions: int = 0  # reads
+    shared: int = 0  # requests whose root was computed in part with other requests' (runtime/sharing.py)
+    buckets: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (tree, bucket) -> streams run
     saved: SavedStats | None = None
 
 
@@ -94,9 +80,11 @@ class TreeRuntime:
 
 
 class Program:
-    """A loaded artifact. `run` is thread-safe: binding runs in the caller's thread, one stream at a time is
-    submitted to the device (the buckets share one arena) and, on CUDA, each call binds its next stream while
-    the device runs its last."""
+    """A loaded artifact, the runtime's one door: `prepare` a Request (the host stage, any thread), then
+    `execute` prepared requests of a run (the device stage, one caller at a time per stream: binding runs in
+    the caller's thread, one stream at a time is submitted to the device since the buckets share one arena,
+    and on CUDA each run binds its next stream while the device runs its last). `answer` and `run` do both
+    for a list of instances."""
 
     def __init__(self, trees: Mapping[str, TreeRuntime], fmt: NextTokenFormat | DecisionReading,
                  engine: Engine, served_name: str, manifest: Mapping[str, Any],
@@ -108,6 +96,7 @@ class Program:
         self.manifest = manifest
         self.saved = saved  # the saved-state store (runtime/saved): None when off or the engine cannot resume
         self._stats = Stats()
+        self._buckets: Counter[tuple[str, str]] = Counter()
         self._lock = threading.Lock()
 
     @property
@@ -117,7 +106,9 @@ class Program:
 
     @property
     def stats(self) -> Stats:
-        return replace(self._stats, saved=None if self.saved is None else self.saved.stats())
+        with self._lock:
+            return replace(self._stats, buckets=dict(self._buckets),
+                           saved=None if self.saved is None else self.saved.stats())
 
     def tree(self, name: str | None = None) -> TreeRuntime:
         if name is None:
@@ -129,36 +120,76 @@ class Program:
             raise FlideError(f"the artifact has no tree `{name}` (it has {', '.join(self.trees)})")
         return self.trees[name]
 
-    def run(self, instances: Sequence[object], tree: str | None = None, *,
-            reused: list[int] | None = None) -> list[dict]:
-        """Per instance, in order: its answer object (a System One response for wire="systemone" trees) or
-        `{"error": {"type", "problems"}}`. An instance may carry `x_session` (runtime/saved/resume.py).
-        `reused`, if given, is filled with each instance's state positions resumed from saved points."""
-        t = self.tree(tree)
-        answered, errors = self._run_all(instances, t)
-        out: list[dict | None] = [None] * len(instances)
-        for i, a in answered.items():
-            out[i] = answer_instance(a.shape, [piece for _, piece, _ in a.plan.reads], _stacked(a), self.fmt,
-                                     t.tree.wire, a.input_tokens, self.served_name)
-        for i, e in errors.items():
-            out[i] = error_record(e)
-        if reused is not None:
-            reused[:] = [answered[i].reused if i in answered else 0 for i in range(len(instances))]
-        return out  # type: ignore[return-value]
+    def run_rows(self, tree: str | None = None) -> int:
+        """The rows of the tree's largest bucket: what one stream of a run computes at most."""
+        return self.tree(tree).largest.rows
 
-    def label_logits(self, instances: Sequence[object], tree: str | None = None, *,
-                     reused: list[int] | None = None) -> list[torch.Tensor | FlideError]:
+    # -- the door --------------------------------------------------------------------------------------------
+
+    def answer(self, instances: Sequence[object], tree: str | None = None) -> list[Result]:
+        """Each instance's Result, in order: prepared, then executed as one run. FlideError for a tree the
+        artifact does not have."""
+        tree = self.tree(tree).tree.name
+        requests = [self.prepare(Request(inst, tree)) for inst in instances]
+        self.execute(requests)
+        return [r.result for r in requests]  # type: ignore[misc]
+
+    def run(self, instances: Sequence[object], tree: str | None = None) -> list[dict]:
+        """Per instance, in order: its answer object (a System One response for wire="systemone" trees) or
+        `{"error": {"type", "problems"}}`. An instance may carry `x_session` (runtime/saved/resume.py)."""
+        return [r.record for r in self.answer(instances, tree)]
+
+    def label_logits(self, instances: Sequence[object], tree: str | None = None
+                     ) -> list[torch.Tensor | FlideError]:
         """Per instance: the label logits of its reads in its plan order, [reads, its most labels] float32
         (-inf past a read's own labels), or why it was not run. For exactness tests and tools."""
-        answered, errors = self._run_all(instances, self.tree(tree))
-        out: list[torch.Tensor | FlideError | None] = [None] * len(instances)
-        for i, a in answered.items():
-            out[i] = _stacked(a)
-        for i, e in errors.items():
-            out[i] = e
-        if reused is not None:
-            reused[:] = [answered[i].reused if i in answered else 0 for i in range(len(instances))]
-        return out  # type: ignore[return-value]
+        return [r.logits if r.logits is not None else r.error or FlideError(str(r.record))
+                for r in self.answer(instances, tree)]
+
+    def prepare(self, request: Request) -> Request:
+        """The host stage, safe in any thread: the request's tree, session, one validation (structure here,
+        token bounds counted in the walker's one tokenizer batch), its plan with chains merged
+        (`merge_chains`: fewer segments, the same bits) and, when it is over the largest bucket, its split.
+        A request that cannot be answered ends here with its error Result."""
+        try:
+            t = self.tree(request.tree)
+            request.tree = t.tree.name
+            inst, request.session = split_session(request.instance)
+            validate_instance(t.tree, inst)
+            if not isinstance(inst, Mapping) or t.tree.state.name not in inst:
+                raise InstanceError([f"{t.tree.state.name}: missing"])
+            if isinstance(self.fmt, DecisionReading):
+                walker = self.fmt.walker(t.tree, max_path=worst_path_rows(t.program.template))
+            else:
+                walker = TemplateWalker(t.tree, t.program.template, self.fmt)
+            plan, request.shape = walker.plan(inst)
+            plan = merge_chains(plan)
+            request.sizes = plan_sizes(plan)
+            if not fits(request.sizes, t.largest):
+                try:
+                    request.parts = split_plan(plan, t.largest)
+                except InstanceError:
+                    if self.engine.needs_bucket:
+                        raise  # the reference executor runs a stream of any size
+            request.plan = plan
+        except FlideError as e:
+            request.fail(e)
+        return request
+
+    def execute(self, requests: Sequence[Request]) -> None:
+        """The device stage of one run: every prepared request without a result gets one. Requests of one
+        tree resume from saved points, share their common roots (runtime/sharing.py), pack into streams by
+        the bucket ladder and run, pipelined. Raises only for what is no request's fault (the Scheduler
+        then runs the requests again apart)."""
+        live = [r for r in requests if r.result is None]
+        for r in live:
+            if r.plan is None:
+                raise ValueError("execute takes prepared requests: call Program.prepare first")
+        by_tree: dict[str, list[Request]] = {}
+        for r in live:
+            by_tree.setdefault(r.tree, []).append(r)  # type: ignore[arg-type]
+        for name, group in by_tree.items():
+            self._execute(self.trees[name], group)
 
     def run_stream(self, stream: Stream, tree: str | None = None, bucket: str | None = None) -> torch.Tensor:
         """Label logits of an already bound stream (unpadded), in the smallest bucket that fits or the named
@@ -175,122 +206,126 @@ class Program:
             raise InstanceError([f"the stream needs {misfit(need, t.largest)}"])
         return self._submit(t.tree.name, chosen, stream).result()
 
+    def warm(self) -> int:
+        """Run a one-token stream in every bucket of every tree (on CUDA: each bucket's graph captured and its
+        kernels loaded; on the CPU: the executor's first-call costs paid), so a server's first requests run
+        at speed. Returns the streams run."""
+        n = 0
+        for name, t in self.trees.items():
+            for rung in t.program.buckets:
+                self._submit(name, rung.bucket, warm_stream(), count=False).result()
+                n += 1
+        return n
+
     # -- internals -------------------------------------------------------------------------------------------
 
-    def _submit(self, tree: str, bucket: Bucket | None, stream: Stream, held: Sequence[SavedPoint] = ()
-                ) -> Pending:
+    def _submit(self, tree: str, bucket: Bucket | None, stream: Stream, held: Sequence[SavedPoint] = (), *,
+                count: bool = True) -> Pending:
         assert bucket is not None or not self.engine.needs_bucket
         with self._lock:
             saving = held or stream.meta.captures
             pending = self.engine.submit(tree, bucket, stream, held) if saving else \
                 self.engine.submit(tree, bucket, stream)
-            meta = stream.meta
-            used = sum(seg.length for i, seg in enumerate(meta.segments) if i not in meta.stored)
-            s = self._stats
-            self._stats = Stats(s.streams + 1, s.stream_tokens + used, s.questions + len(meta.reads))
+            if count:
+                meta = stream.meta
+                used = sum(seg.length for i, seg in enumerate(meta.segments) if i not in meta.stored)
+                s = self._stats
+                self._stats = replace(s, streams=s.streams + 1, stream_tokens=s.stream_tokens + used,
+                                      questions=s.questions + len(meta.reads))
+                self._buckets[tree, bucket.name if bucket is not None else "none"] += 1
         return pending
 
-    def _run_all(self, instances: Sequence[object], t: TreeRuntime
-                 ) -> tuple[dict[int, _Answered], dict[int, FlideError]]:
-        """Plan every instance (errors by caller index), split those over the largest bucket, pack the pieces
-        into streams and run them, gathering each instance's reads back in its plan order. Pipelined: the
-        instances of stream i+1 are planned (tokenized), bound and submitted before stream i's logits are
-        waited for, so on CUDA the host's part of a stream overlaps the device's part of the one before."""
-        answered: dict[int, _Answered] = {}
-        errors: dict[int, FlideError] = {}
-        waiting: deque[tuple[list[Piece], BoundStream, Pending]] = deque()
-        for group, bucket in pack_streams(self._pieces(instances, t, answered, errors), t.program):
-            bound = bound_from_plans(t.tree, self.fmt, group, lambda p: (p.plan, None))
-            held = [p.plan.held for p in group if p.plan.held is not None]  # meta.stored's order
-            waiting.append((group, bound, self._submit(t.tree.name, bucket, bound.stream, held)))
-            if len(waiting) > 1:
-                self._gather(*waiting.popleft(), answered)
-        while waiting:
-            self._gather(*waiting.popleft(), answered)
-        if self._store is not None:
-            for a in answered.values():
-                if a.session is not None and a.session.drop:
-                    self._store.drop(a.session.id)
-        return answered, errors
-
-    def _pieces(self, instances: Sequence[object], t: TreeRuntime, answered: dict[int, _Answered],
-                errors: dict[int, FlideError]) -> Iterator[Piece]:
-        """Each instance planned (its InstanceError into `errors`), its chains merged (`merge_chains`: fewer
-        segments, the same bits), whole or split to fit the largest bucket."""
-        walker = self.fmt.walker(t.tree, max_path=worst_path_rows(t.program.template)) \
-            if isinstance(self.fmt, DecisionReading) else TemplateWalker(t.tree, t.program.template, self.fmt)
-        for i, inst in enumerate(instances):
-            session = None
-            try:
-                inst, session = split_session(inst)
-                validate_instance(t.tree, inst)  # the spec's token bounds: the walker counts them in a batch
-                if not isinstance(inst, Mapping) or t.tree.state.name not in inst:
-                    raise InstanceError([f"{t.tree.state.name}: missing"])
-                plan, shape = walker.plan(inst)
-                plan = merge_chains(plan)
-                sizes = plan_sizes(plan)
-                whole = [(plan, tuple(range(len(plan.reads))))]
-                try:
-                    parts = whole if fits(sizes, t.largest) else split_plan(plan, t.largest)
-                except InstanceError:
-                    if self.engine.needs_bucket:
-                        raise
-                    parts = whole  # the reference executor runs a stream of any size
-            except InstanceError as e:
-                errors[i] = e
+    def _execute(self, t: TreeRuntime, requests: list[Request]) -> None:
+        """One tree's requests: pieces (resumed where a saved prefix exists), shared, packed, run and
+        answered. Pipelined: stream i+1 is bound and submitted before stream i's logits are waited for."""
+        store = self._store
+        pieces: list[Piece] = []
+        for k, r in enumerate(requests):
+            plan = r.plan
+            assert plan is not None and r.sizes is not None
+            r.rows, r.input_tokens, r.reused, r.shared, r.buckets = [None] * len(plan.reads), 0, 0, 0, set()
+            if r.parts is not None:  # a split plan runs fresh (its parts share a root)
+                for p, reads in r.parts:
+                    if p is not plan:  # a sub-plan can keep one child of a parent that had several: a chain
+                        p = merge_chains(p)
+                    pieces.append(Piece(p, plan_sizes(p), tuple((k, i) for i in reads)))
                 continue
-            a = answered[i] = _Answered(plan, shape, [None] * len(plan.reads), session=session)
-            store = self._store
-            # a split plan runs fresh (its parts share a root), and so does one with no room for a stored root
-            # or with no one root (a decision format whose questions share no token: runtime/decision)
+            sizes = r.sizes
+            # a plan with no room for a stored root, or with no one root (a decision format whose questions
+            # share no token: runtime/decision), runs fresh
             grown = replace(sizes, segments=sizes.segments + 1)
             room = not self.engine.needs_bucket or fits(grown, t.largest)
-            if store is not None and parts is whole and room and plan.parents.count(-1) == 1:
-                a.reused = resume(plan, store, saves=t.tree.state.resumable or session is not None)
+            if store is not None and room and plan.parents.count(-1) == 1:
+                r.reused = resume(plan, store, saves=t.tree.state.resumable or r.session is not None)
                 sizes = plan_sizes(plan)
-            for p, reads in parts:
-                if p is not plan:  # a sub-plan can keep one child of a parent that had several: a chain again
-                    p = merge_chains(p)
-                yield Piece(i, p, sizes if p is plan else plan_sizes(p), reads)
+            pieces.append(Piece(plan, sizes, tuple((k, i) for i in range(len(plan.reads))), whole=True,
+                                saver=k if plan.save else -1))
+        counted: dict[int, int] = {}
+        pieces = share(pieces, t.largest, counted)
+        for k, n in counted.items():
+            requests[k].shared = n
+        waiting: deque[tuple[list[Piece], BoundStream, Pending, str]] = deque()
+        for group, bucket in pack_streams(pieces, t.program):
+            bound = bound_from_plans(t.tree, self.fmt, [p.plan for p in group], lambda plan: (plan, None))
+            held = [p.plan.held for p in group if p.plan.held is not None]  # meta.stored's order
+            name = bucket.name if bucket is not None else "none"
+            waiting.append((group, bound, self._submit(t.tree.name, bucket, bound.stream, held), name))
+            if len(waiting) > 1:
+                self._gather(*waiting.popleft(), requests)
+        while waiting:
+            self._gather(*waiting.popleft(), requests)
+        with self._lock:
+            self._stats = replace(self._stats, shared=self._stats.shared + len(counted))
+        for r in requests:
+            assert r.shape is not None and r.plan is not None
+            logits = _stacked(r)
+            record = answer_instance(r.shape, [piece for _, piece, _ in r.plan.reads], logits, self.fmt,
+                                     t.tree.wire, r.input_tokens, self.served_name)
+            r.result = Result(record, r.input_tokens, r.reused, r.shared, tuple(sorted(r.buckets)), logits)
+            if store is not None and r.session is not None and r.session.drop:
+                store.drop(r.session.id)
 
-    def _gather(self, group: list[Piece], bound: BoundStream, pending: Pending,
-                answered: dict[int, _Answered]) -> None:
-        """Route a stream's logits rows to its instances (_route) and keep the saved points it captured."""
-        _route(group, bound, pending, answered)
+    def _gather(self, group: list[Piece], bound: BoundStream, pending: Pending, bucket: str,
+                requests: list[Request]) -> None:
+        """Route a stream's logits rows to the requests its pieces hold (the binder lays each piece's reads
+        out contiguously, in piece order, each in its plan order) and keep the saved points it captured."""
+        logits = pending.result()
+        row = 0
+        for piece in group:
+            for k, r in piece.owners:
+                request = requests[k]
+                request.rows[r] = logits[row]
+                request.input_tokens += bound.read_tokens[row]
+                request.buckets.add(bucket)
+                row += 1
+        assert row == len(bound.sites)
         saving = [p for p in group if p.plan.save]  # meta.captures' order
         for piece, captured in zip(saving, pending.captured, strict=True):
             assert self.saved is not None
-            session = answered[piece.index].session
+            session = requests[piece.saver].session if piece.saver >= 0 else None
             self.saved.save(make_point(piece.plan, captured), session and session.id)
 
 
+def warm_stream() -> Stream:
+    """A one-token stream with one read of one label: the smallest stream every bucket holds."""
+    meta = build_meta((Segment(start=0, length=1, pos0=0, parent=-1, level=0),), (Read(row=0, labels=(0,)),),
+                      1, (), ())
+    return Stream(torch.zeros(1, dtype=torch.int64), meta)
 
 
-def _route(group: list[Piece], bound: BoundStream, pending: Pending, answered: dict[int, _Answered]) -> None:
-    """Route a stream's logits rows to the instances its pieces belong to (the binder lays each piece's reads
-    out contiguously, in piece order, each in its plan order)."""
-    logits = pending.result()
-    row = 0
-    for k, piece in enumerate(group):
-        a = answered[piece.index]
-        for r in piece.reads:
-            a.rows[r] = logits[row]
-            row += 1
-        a.input_tokens += bound.input_tokens[k]
-    assert row == len(bound.sites)
-
-
-def _stacked(a: _Answered) -> torch.Tensor:
-    """[reads, the instance's most labels] float32, -inf past each read's own labels."""
-    width = max((len(piece.labels) for _, piece, _ in a.plan.reads), default=0)
-    if a.rows and all(r is not None and r.dtype == torch.float32 and r.shape[0] >= width for r in a.rows):
-        return torch.stack([row[:width] for row in a.rows])  # every row as wide: one op, not one copy a row
-    out = torch.full((len(a.rows), width), float("-inf"))
-    for r, row in enumerate(a.rows):
+def _stacked(r: Request) -> torch.Tensor:
+    """[reads, the request's most labels] float32, -inf past each read's own labels."""
+    assert r.plan is not None
+    width = max((len(piece.labels) for _, piece, _ in r.plan.reads), default=0)
+    if r.rows and all(x is not None and x.dtype == torch.float32 and x.shape[0] >= width for x in r.rows):
+        return torch.stack([row[:width] for row in r.rows])  # every row as wide: one op, not one copy a row
+    out = torch.full((len(r.rows), width), float("-inf"))
+    for i, row in enumerate(r.rows):
         assert row is not None
         w = min(width, row.shape[0])
-        out[r, :w] = row[:w]
+        out[i, :w] = row[:w]
     return out
+
 
 
 def load(artifact: str | Path, device: str | torch.device = "cuda", *, dtype: str | None = None,

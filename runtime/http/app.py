@@ -31,7 +31,7 @@ from flidec.runtime.http.errors import ApiError, checked
 from flidec.runtime.http.metrics import CONTENT_TYPE as METRICS_TYPE
 from flidec.runtime.http.metrics import Metrics
 from flidec.runtime.http.service import Service
-from flidec.runtime.http.systemone import checked_instance, systemone_instance, wire_tree
+from flidec.runtime.http.systemone import systemone_instance, wire_tree
 
 JSON = "application/json"
 INLINE_BYTES = 64 << 10  # bodies parsed on the event loop; larger or compressed ones in a worker thread
@@ -164,13 +164,14 @@ def create_app(service: Service, options: AppOptions = AppOptions()) -> FastAPI:
     def arrived(request: Request) -> float:
         return request.scope.get("flidec", {}).get("arrived", time.monotonic())
 
-    async def answer_one(request: Request, bind: Callable[[Any, Any], tuple[str, dict]]) -> Response:
-        """One instance of one tree: `bind(program, body)` names the tree and checks the instance (raising
-        the request's problems), the queue runs it, and its checked result is the answer."""
+    async def answer_one(request: Request, bind: Callable[[Any, Any], tuple[str, Any]]) -> Response:
+        """One instance of one tree: `bind(program, body)` names the tree (and checks what is the route's
+        own: `model`), the Scheduler prepares (validates) and runs it, and its checked result is the
+        answer."""
         body = await body_of(request)
         tree, instance = bind(service.ready_program(), body)
-        (ran,) = await service.run([instance], tree, arrived(request))
-        return json_response(200, checked(ran.result))
+        (result,) = await service.run([instance], tree, arrived(request), request.is_disconnected)
+        return json_response(200, checked(result.record))
 
     @app.post("/v1/systemone")
     async def systemone(request: Request) -> Response:
@@ -188,7 +189,7 @@ def create_app(service: Service, options: AppOptions = AppOptions()) -> FastAPI:
             if name not in program.trees:
                 raise ApiError(404, "not_found_error", f"the artifact has no tree {name!r}: it has "
                                f"{', '.join(program.trees)}")
-            return name, checked_instance(program.trees[name].tree, body)
+            return name, body  # validated once, in the Program's host stage
 
         return await answer_one(request, bind)
 
@@ -199,8 +200,8 @@ def create_app(service: Service, options: AppOptions = AppOptions()) -> FastAPI:
         tree = wire_tree(t.tree for t in program.trees.values())
         asked = decisions_request(tree, body, [program.served_name])
         assert tree is not None
-        ran = await service.run(asked.instances, tree.name, arrived(request))
-        results = [checked(r.result) for r in ran]
+        ran = await service.run(asked.instances, tree.name, arrived(request), request.is_disconnected)
+        results = [checked(r.record) for r in ran]
         reused = [r.reused for r in ran]
         return json_response(200, decision_response(asked, results, reused, program.served_name))
 

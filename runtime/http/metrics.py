@@ -1,17 +1,14 @@
 """GET /metrics: the server's counters in Prometheus text format, through prometheus-client.
 
 Consumes each answered HTTP request (route template, status, error type, seconds) and, at every scrape, the
-queue's ServerStats, the Program's Stats (tokens computed, saved-state reuse), the streams run per bucket
-(counted by BucketCounter around the engine) and, on CUDA, the device's memory. Produces one registry per
+Scheduler's SchedulerStats, the Program's Stats (tokens computed, requests sharing a root, saved-state reuse,
+the streams run per bucket) and, on CUDA, the device's memory. Produces one registry per
 app (tests run several apps in one process).
 """
 
 from __future__ import annotations
 
-import threading
-from collections import Counter
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import torch
 from prometheus_client import CollectorRegistry, Gauge, Histogram
@@ -23,24 +20,6 @@ from prometheus_client.registry import Collector
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 CONTENT_TYPE = CONTENT_TYPE_LATEST
-
-
-class BucketCounter:
-    """Stands in for a Program's engine and counts the streams submitted to it, by tree and bucket; every
-    other attribute is the engine's own."""
-
-    def __init__(self, engine: Any):
-        self._engine = engine
-        self._lock = threading.Lock()
-        self.counts: Counter[tuple[str, str]] = Counter()
-
-    def submit(self, tree: str, bucket: Any, *args: Any, **kwargs: Any) -> Any:
-        with self._lock:
-            self.counts[(tree, getattr(bucket, "name", "none"))] += 1
-        return self._engine.submit(tree, bucket, *args, **kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._engine, name)
 
 
 class _Live(Collector):
@@ -79,6 +58,8 @@ class _Live(Collector):
         yield CounterMetricFamily("flidec_tokens_computed_total", "stream rows computed (padding and resumed "
                                   "rows excluded)", value=program.stream_tokens)
         yield CounterMetricFamily("flidec_questions_total", "reads answered", value=program.questions)
+        yield CounterMetricFamily("flidec_shared_requests_total", "requests whose root was computed in part "
+                                  "with other requests' of their run", value=program.shared)
         saved = program.saved
         reused = CounterMetricFamily("flidec_tokens_reused_total",
                                      "state positions resumed from saved states")

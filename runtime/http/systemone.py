@@ -55,4 +55,4 @@ def systemone_instance(tree: Tree | None, body: Any, served: Iterable[str]) -> A
     if not isinstance(body, Mapping):
         raise invalid([], "expected a JSON object {model, state, questions}", "type_error")
     check_model(body, served)
-    return checked_instance(tree, body)
+    return body  # validated once, in the Program's host stage (runtime/program.py prepare)

@@ -65,7 +65,7 @@ class Replica:
         arrived = time.monotonic() - (self.options.deadline_s - left_s)
         try:
             ran = await self.service.run(instances, tree, arrived)
-            out: Any = [(r.result, r.reused) for r in ran]
+            out: Any = [(r.record, r.reused) for r in ran]
         except ApiError as e:
             out = ("error", e.status, e.error_type, e.message, e.headers)
         return self.name, out, self.snapshot()

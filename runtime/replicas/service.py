@@ -38,8 +38,9 @@ from flidec.ir.serde import spec_from_json
 from flidec.ir.tree import Tree
 from flidec.runtime.http.errors import ApiError, retry_headers
 from flidec.runtime.http.main import ServeOptions
-from flidec.runtime.http.service import Ran, Service
+from flidec.runtime.http.service import Service
 from flidec.runtime.replicas.routing import Route, route_of, session_of
+from flidec.runtime.request import Result
 
 log = logging.getLogger("uvicorn.error")
 ATTEMPTS = 4  # sends of one request while replicas die under it
@@ -128,15 +129,16 @@ class RoutedService(Service):
             snaps = list(self.snapshots.values())
         if not snaps:
             from flidec.runtime.program import Stats
-            from flidec.runtime.serve import ServerStats
+            from flidec.runtime.scheduler import SchedulerStats
 
-            return {"queue": ServerStats(0, 0, 0, 0, 0, 0, 0, 0, 0, {}), "program": Stats(), "buckets": {},
+            return {"queue": SchedulerStats(0, 0, 0, 0, 0, 0, 0, 0, 0, {}), "program": Stats(), "buckets": {},
                     "cuda": None}
         return {"queue": _summed([s["queue"] for s in snaps]),
                 "program": _summed([s["program"] for s in snaps]),
                 "buckets": _summed([s["buckets"] for s in snaps]) or {}, "cuda": None}
 
-    async def run(self, instances: Sequence[Any], tree: str | None, arrived: float) -> list[Ran]:
+    async def run(self, instances: Sequence[Any], tree: str | None, arrived: float,
+                  disconnected: Any = None) -> list[Result]:
         """Each instance's result from one replica (the request's instances share a state: they go
         together), by `arrived + deadline_s`; a send that a dying replica drops is sent again."""
         from ray.exceptions import RayActorError
@@ -174,7 +176,7 @@ class RoutedService(Service):
             if isinstance(out, tuple):
                 _, status, error_type, message, headers = out
                 raise ApiError(status, error_type, message, headers)
-            return [Ran(result, reused) for result, reused in out]
+            return [Result(record, reused=reused) for record, reused in out]
         raise ApiError(503, "overloaded_error", f"no answer within the request deadline of {deadline_s:g} s: "
                        "retry later or with fewer questions", retry_headers(1.0))
 

@@ -57,6 +57,7 @@ def resume(plan: Plan, store: SavedStates, *, saves: bool) -> int:
     keys = prefix_keys(store.scope, root, len(root) // BLOCK)
     point = store.find(root, len(root) - 1, keys)
     plan.held = point
+    plan.save, plan.save_key = 0, ""  # a run done again (the Scheduler's halves) decides afresh
     held = 0 if point is None else point.length
     n = (plan.state_end - SAVE_MARGIN) // BLOCK * BLOCK
     if saves and held < n <= len(root) and not store.has(keys[n // BLOCK - 1]):

@@ -19,6 +19,9 @@ import flidec.compile
 import flidec.run
 from flidec.cli import EXIT_INTERNAL, EXIT_INTERRUPTED, main
 from flidec.models import DEMO_MODEL
+from flidec.run import Summary
+from flidec.runtime.binder import Plan
+from flidec.runtime.request import Request, Result
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 DEMO = EXAMPLES / "demo.flide"
@@ -94,14 +97,23 @@ class StubAnswerer:
 
     def __init__(self, *args: object):
         StubAnswerer.made += 1
+        self.summary = Summary()
 
-    def answer(self, instances: list[object], max_stream_tokens: int, summary: object) -> list[dict]:
+    def run_rows(self, tree: str | None = None) -> int:
+        return 1 << 20
+
+    def prepare(self, request: Request) -> Request:
+        request.plan = Plan()  # the stub plans nothing: execute answers from the instance
+        return request
+
+    def execute(self, requests: list[Request]) -> None:
         if StubAnswerer.interrupt:
             raise KeyboardInterrupt
-        states = [inst.get("state") if isinstance(inst, dict) else None for inst in instances]
+        states = [r.instance.get("state") if isinstance(r.instance, dict) else None for r in requests]
         if StubAnswerer.fail_on in states:
             raise ValueError("the stub's bad batch")
-        return [{"state": s} for s in states]
+        for r, s in zip(requests, states, strict=True):
+            r.result = Result({"state": s})
 
 
 @pytest.fixture
@@ -137,7 +149,9 @@ def test_a_batch_that_fails_is_answered_row_by_row(tmp_path, stub):
     a, b, c = results_of(out)
     assert a == {"state": "a"} and c == {"state": "c"}
     (problem,) = b["error"]["problems"]
-    assert problem.startswith("internal error: ValueError: the stub's bad batch; this is a bug in flidec")
+    assert b["error"]["type"] == "ValueError"
+    assert problem.startswith("the run raised on this instance alone: the stub's bad batch (if the "
+                              "instance is valid, this is a flidec bug")
 
 
 def test_an_interrupted_run_leaves_the_old_results_intact(tmp_path, stub, capsys):

@@ -18,7 +18,7 @@ import torch
 from flidec.compile import compile_artifact
 from flidec.frontend import load_spec
 from flidec.ir.program import Bucket
-from flidec.run import Answerer, Summary
+from flidec.run import Answerer
 from flidec.runtime.engines import Done
 from flidec.runtime.meta import Stream
 from flidec.runtime.program import Program, load
@@ -54,7 +54,7 @@ def _paths(spec_name: str, tiny: Path, work: Path) -> dict[str, Callable[[list[d
     cpu = load(work / spec_name, "cpu", served_name="jev")
     gpu = Program(cpu.trees, cpu.fmt, _ZeroEngine(needs_bucket=True), "jev", cpu.manifest)
     cpu.engine = _ZeroEngine(needs_bucket=False)
-    return {"spec": lambda rows: answerer.answer(rows, 1 << 20, Summary()), "cpu": cpu.run, "gpu": gpu.run}
+    return {"spec": answerer.run, "cpu": cpu.run, "gpu": gpu.run}
 
 
 @pytest.fixture(scope="module")

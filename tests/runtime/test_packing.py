@@ -32,7 +32,7 @@ def runtime(rows: Sequence[int], segments: int = 65, reads: int = 64) -> TreePro
 
 
 def pieces(rows: Sequence[int], segments: int = 1, reads: int = 1) -> list[Piece]:
-    return [Piece(i, None, Sizes(r, segments, 2, reads, 4), ()) for i, r in enumerate(rows)]  # type: ignore
+    return [Piece(None, Sizes(r, segments, 2, reads, 4), ((i, 0),)) for i, r in enumerate(rows)]  # type: ignore
 
 
 def shape(groups: Iterator[tuple[list[Piece], Bucket | None]]) -> list[tuple[int, str | None]]:
@@ -96,7 +96,7 @@ def test_a_piece_over_every_bucket_goes_alone_in_order() -> None:
     t = runtime(ladder(4096))
     ps = pieces([1000, 1000, 5000, 1000, 9000, 9000, 64])
     groups = list(pack_streams(ps, t))
-    assert [[p.index for p in g] for g, _ in groups] == [[0, 1], [2], [3], [4], [5], [6]]
+    assert [[p.owners[0][0] for p in g] for g, _ in groups] == [[0, 1], [2], [3], [4], [5], [6]]
     assert shape(iter(groups)) == [(2, "r2048"), (1, None), (1, "r1024"), (1, None), (1, None), (1, "r64")]
 
 
@@ -105,7 +105,7 @@ def test_pieces_are_pulled_only_as_far_as_the_gathering() -> None:
 
     def source() -> Iterator[Piece]:
         for p in pieces([6100] * 24, segments=10):
-            pulled.append(p.index)
+            pulled.append(p.owners[0][0])
             yield p
 
     groups = pack_streams(source(), runtime(ladder()))
@@ -117,7 +117,7 @@ def test_pieces_are_pulled_only_as_far_as_the_gathering() -> None:
 @given(st.lists(st.tuples(st.integers(1, 9000), st.integers(1, 20)), max_size=40))
 def test_every_piece_once_in_order_each_stream_in_its_smallest_bucket(drawn: list[tuple[int, int]]) -> None:
     t = runtime(ladder(8192), segments=40)
-    ps = [Piece(i, None, Sizes(r, s, 2, 1, 4), ()) for i, (r, s) in enumerate(drawn)]  # type: ignore
+    ps = [Piece(None, Sizes(r, s, 2, 1, 4), ((i, 0),)) for i, (r, s) in enumerate(drawn)]  # type: ignore
     groups = list(pack_streams(ps, t))
     assert [p for g, _ in groups for p in g] == ps
     for g, bucket in groups:

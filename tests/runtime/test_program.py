@@ -16,11 +16,11 @@ import torch.fx
 from flidec.cli import main
 from flidec.frontend import load_spec
 from flidec.ir.errors import ArtifactError, InstanceError
-from flidec.run import Answerer, Summary
+from flidec.run import Answerer
 from flidec.runtime.binder import Walker, bind
 from flidec.runtime.next_token import NextTokenFormat, text_runs
 from flidec.runtime.program import load
-from flidec.runtime.serve import Server
+from flidec.runtime.scheduler import Scheduler
 from flidec.runtime.templates import TemplateWalker, _check_paths
 from flidec.testing.streams import plain_streams
 
@@ -52,7 +52,7 @@ def answerer(tiny_checkpoint):
 
 def test_answers_equal_flidec_run(program, answerer) -> None:
     instances = sample()
-    assert program.run(instances) == answerer.answer(instances, 8192, Summary())
+    assert program.run(instances) == answerer.run(instances)
     assert program.run(instances)[3] == {"error": {"type": "InstanceError",
                                                    "problems": ["questions: 0 questions, expected 1 to 64"]}}
 
@@ -151,7 +151,7 @@ def test_cli_runs_an_artifact_like_a_spec(systemone_cpu_artifact, answerer, tmp_
     assert main(["run", str(systemone_cpu_artifact), "--out", str(tmp_path / "a"), "--instances",
                  str(EXAMPLES / "systemone.jsonl"), "--served-name", "jev", "--quiet"]) == 0
     lines = (tmp_path / "a" / "results.jsonl").read_text(encoding="utf-8").splitlines()
-    want = answerer.answer(sample(), 8192, Summary())
+    want = answerer.run(sample())
     assert [json.loads(line) for line in lines] == json.loads(json.dumps(want))
     summary = json.loads((tmp_path / "a" / "summary.json").read_text())
     assert summary["answered"] == 3 and summary["failed"] == 1 and summary["questions"] > 0
@@ -168,21 +168,21 @@ def test_refuses_what_it_cannot_run(systemone_cpu_artifact, tmp_path) -> None:
 def test_queue_routes_each_answer_to_its_caller(program) -> None:
     want = {i: program.run([question(i)])[0] for i in range(12)}
     got: dict[int, dict] = {}
-    with Server(program, max_batch=8, max_wait_s=0.05) as server:
+    with Scheduler(program, max_wait_s=0.05) as scheduler:
         def call(i: int) -> None:
-            got[i] = server.answer(question(i), timeout=120)
+            got[i] = scheduler.answer(question(i), timeout=120).record
 
         threads = [threading.Thread(target=call, args=(i,)) for i in range(12)]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
-        batches = server.batches
-        assert server.answer("not an object", timeout=60)["error"]["type"] == "InstanceError"
+        batches = scheduler.batches
+        assert scheduler.answer("not an object", timeout=60).record["error"]["type"] == "InstanceError"
     assert got == want
-    assert batches < 12  # callers shared replays
+    assert batches < 12  # callers shared runs
     with pytest.raises(RuntimeError, match="closed"):
-        server.submit(question(0))
+        scheduler.submit(question(0))
 
 
 def test_an_instances_rows_stack_to_its_widest_read_with_inf_past_each_reads_labels() -> None:
@@ -191,7 +191,8 @@ def test_an_instances_rows_stack_to_its_widest_read_with_inf_past_each_reads_lab
     from types import SimpleNamespace
 
     from flidec.runtime.binder import Plan
-    from flidec.runtime.program import _Answered, _stacked
+    from flidec.runtime.program import _stacked
+    from flidec.runtime.request import Request
 
     def rowwise(rows: list[torch.Tensor], width: int) -> torch.Tensor:
         out = torch.full((len(rows), width), float("-inf"))
@@ -206,6 +207,6 @@ def test_an_instances_rows_stack_to_its_widest_read_with_inf_past_each_reads_lab
     wide = [logits[0], logits[1], logits[2]]
     narrow = [logits[0, :2], logits[1, :5], logits[2, :1]]
     for rows in (wide, narrow):
-        got = _stacked(_Answered(plan, {}, list(rows)))
+        got = _stacked(Request(None, plan=plan, rows=list(rows)))
         assert got.dtype == torch.float32 and torch.equal(got, rowwise(rows, 3))
-    assert _stacked(_Answered(Plan(), {}, [])).shape == (0, 0)
+    assert _stacked(Request(None, plan=Plan(), rows=[])).shape == (0, 0)

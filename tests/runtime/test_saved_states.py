@@ -60,12 +60,11 @@ def fresh(planner_cpu_artifact):
 
 def equal_fresh(fresh, program, instances: list[dict], tree: str | None = None) -> list[int]:
     """Run `instances` on `program`, assert every logit equals the fresh program's; the reused positions."""
-    reused: list[int] = []
-    got = program.label_logits(instances, tree, reused=reused)
+    got = program.answer(instances, tree)
     want = fresh.label_logits(instances, tree)
     for g, w in zip(got, want, strict=True):
-        assert torch.equal(g, w), "a resumed answer differs from its fresh computation"
-    return reused
+        assert torch.equal(g.logits, w), "a resumed answer differs from its fresh computation"
+    return [g.reused for g in got]
 
 
 def test_resumed_agent_steps_equal_fresh_from_host_memory(planner_cpu_artifact, fresh) -> None:
@@ -77,8 +76,8 @@ def test_resumed_agent_steps_equal_fresh_from_host_memory(planner_cpu_artifact, 
     assert stats.hits == 3 and stats.from_tier == {"host": 3} and stats.tokens_reused == sum(reused)
     assert stats.points["host"] == stats.saved >= 3 and stats.bytes["host"] > 0
     # the stream computes only the rows past the point (step 3 again: from the point step 3 saved)
-    before, again = program.stats.stream_tokens, []
-    program.label_logits([planner(0, 3)], reused=again)
+    before = program.stats.stream_tokens
+    again = [r.reused for r in program.answer([planner(0, 3)])]
     assert again[0] > reused[-1]
     assert program.stats.stream_tokens - before == fresh_rows(fresh, planner(0, 3)) - again[0]
 

@@ -117,10 +117,9 @@ def start_live(load_program: Callable[[], Any], **options: Any) -> tuple[Live, C
 
 
 def wait_ready(live: Live) -> None:
-    deadline = time.monotonic() + WAIT
-    while live.get("/health").status != 200:
-        assert time.monotonic() < deadline, "the server never became ready"
-        time.sleep(0.02)
+    """Wait for the load (and warm-up) to end, then /health must say ready (no 503 polls are counted)."""
+    assert live.service.loaded.wait(WAIT), "the server never became ready"
+    assert live.get("/health").status == 200, live.service.error
 
 
 @pytest.fixture

@@ -32,11 +32,11 @@ class Gated:
     def release(self) -> None:
         self.gate.set()
 
-    def run(self, instances: Sequence[object], tree: str | None = None, *, reused: list[int] | None = None):
+    def execute(self, requests: Sequence[Any]) -> None:
         self.entered.set()
         assert self.gate.wait(WAIT), "the test never released the gate"
-        self.batches.append(len(instances))
-        return self.program.run(instances, tree, reused=reused)
+        self.batches.append(len(requests))
+        self.program.execute(requests)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.program, name)
@@ -114,24 +114,26 @@ def test_no_request_waits_past_its_deadline(serve_live, program) -> None:
     assert server.post("/v1/systemone", GOOD).status == 200
 
 
-def test_a_request_over_the_bounds_fails_alone_in_a_shared_run(serve_live, program) -> None:
+def test_a_request_over_the_bounds_is_refused_in_the_host_stage_while_a_run_holds_the_device(
+        serve_live, program) -> None:
     gated = Gated(program)
     server = serve_live(lambda: gated, max_wait_s=0.05)
-    words = " ".join(f"w{i}" for i in range(1000))  # a few KiB: cheap enough to share a run
+    words = " ".join(f"w{i}" for i in range(1000))  # a few KiB
     too_long = {**GOOD, "questions": {"q": {"type": "noul", "instructions": words}}}  # over 1,024 tokens
     with ThreadPoolExecutor(4) as pool:
         first = pool.submit(server.post, "/v1/systemone", GOOD)
         assert gated.entered.wait(WAIT)
         others = [pool.submit(server.post, "/v1/systemone", body) for body in (GOOD, too_long, GOOD)]
+        assert others[1].result(WAIT).status == 413  # answered while the first run is still held
         deadline = time.monotonic() + WAIT
-        while server.service.queue.stats().depth < 3:
+        while server.service.queue.stats().depth < 2:
             assert time.monotonic() < deadline
             time.sleep(0.01)
         gated.release()
         replies = [first.result(WAIT)] + [f.result(WAIT) for f in others]
     assert [r.status for r in replies] == [200, 200, 413, 200]
     assert replies[1].json == replies[3].json == replies[0].json
-    assert 3 in gated.batches  # the three waiting requests ran together
+    assert gated.batches == [1, 2]  # the two waiting requests ran together; the refused one never ran
 
 
 @pytest.mark.parametrize("route", ["/v1/systemone", "/v1/decisions"])
