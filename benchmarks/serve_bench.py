@@ -11,11 +11,14 @@ fourth, and RACE-like rows, the rest; `--scale` shrinks their states), compiles 
 for the device, then for each server: starts it in a process of its own through its CLI (`flidec serve
 ARTIFACT --port P --device D --max-queue Q --deadline S`; `flide serve --model DIR --format next_token
 --device D --port P`, flide a black box), waits for GET /health or GET /v1/models to answer 200
-(bounded), runs benchmarks/serve_load.py against it, and stops it with SIGTERM (graceful). Each server
-gets an equal share of the budget left when its turn comes. Writes `--out` after every step: {gpu,
-commit, rows, load, servers: {name: {command, ready_s, summary (serve_load's JSON), stop} or {command,
-error, stop}}}; each server's log lies beside it (serve.NAME.log); the rows, the artifact and the load
-files go to `--work-dir`. Runs from a source checkout as it is (benchmarks/source.py).
+(bounded), runs benchmarks/serve_load.py against it once per `--loads` entry (`rows`: the rows as they are;
+`shared`: each question of a row sent as its own request, a row's requests consecutive, so the clients have
+the requests about one state in flight together), and stops it with SIGTERM (graceful). Each server
+gets an equal share of the budget left when its turn comes, split evenly between the loads. Writes `--out`
+after every step: {gpu, commit, rows, load, servers: {name: {command, ready_s, summary (the rows load's
+serve_load JSON), loads: {load: serve_load JSON}, stop} or {command, error, stop}}}; each server's log
+lies beside it (serve.NAME.log); the rows, the artifact and the load files go to `--work-dir`. Runs from a
+source checkout as it is (benchmarks/source.py).
 """
 
 from __future__ import annotations
@@ -85,6 +88,11 @@ def request_rows(count_tokens, n: int, scale: float) -> list[dict]:
     race = draw("race", n - len(quality))
     return [quality.pop(0) if i % QUALITY_EVERY == QUALITY_EVERY - 1 and quality else race.pop(0)
             for i in range(n)]
+
+
+def shared_rows(rows: list[dict]) -> list[dict]:
+    """Each question of each row as a request of its own about the row's state, a row's questions in turn."""
+    return [{**row, "questions": {qid: q}} for row in rows for qid, q in row["questions"].items()]
 
 
 def free_port() -> int:
@@ -168,14 +176,15 @@ def shown(argv: list[str]) -> str:
     return " ".join([name, *argv[3:]])
 
 
-def run_load(args: argparse.Namespace, rows_path: Path, port: int, limit_s: float, out: Path) -> dict:
+def run_load(args: argparse.Namespace, rows_path: Path, port: int, limit_s: float, out: Path,
+             burst: bool = True) -> dict:
     """benchmarks/serve_load.py in its own process (stdlib only, as a client box would run it): it sends
     nothing 30 s before `limit_s` (a slow server gives a partial summary, `sent` < requests) and is killed
     at `limit_s`."""
     argv = [sys.executable, str(ROOT / "benchmarks" / "serve_load.py"), f"http://127.0.0.1:{port}",
             "--rows", str(rows_path), "--clients", str(args.clients), "--requests", str(args.requests),
             "--out", str(out), "--max-s", f"{max(limit_s - 30, 1.0):.0f}"] + \
-        (["--burst", str(args.burst)] if args.burst else [])
+        (["--burst", str(args.burst)] if args.burst and burst else [])
     out.unlink(missing_ok=True)
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
@@ -193,7 +202,7 @@ def run_load(args: argparse.Namespace, rows_path: Path, port: int, limit_s: floa
     return json.loads(out.read_text())
 
 
-def bench_server(name: str, args: argparse.Namespace, artifact: Path | None, rows_path: Path,
+def bench_server(name: str, args: argparse.Namespace, artifact: Path | None, rows_paths: dict[str, Path],
                  deadline: float, entry: dict) -> None:
     """Fill one server's entry as it goes: start, ready, load, stop; an error at any step is its text."""
     port = free_port()
@@ -206,12 +215,18 @@ def bench_server(name: str, args: argparse.Namespace, artifact: Path | None, row
     served = Served(argv, args.out.parent / f"serve.{name}.log")
     try:
         entry["ready_s"] = served.wait_ready(port, deadline - time.monotonic() - 20)
-        log(f"{name}: ready in {entry['ready_s']} s; load: {args.clients} clients, {args.requests} requests")
-        limit = deadline - time.monotonic() - 10
-        entry["summary"] = run_load(args, rows_path, port, limit, args.work_dir / f"{name}.load.json")
-        s = entry["summary"]
-        log(f"{name}: {s['requests_per_s']} requests/s, p50 {s['p50_ms']} ms, p99 {s['p99_ms']} ms, "
-            f"errors {s['errors']}, differ from alone {s['differ_from_alone']}")
+        entry["loads"] = {}
+        for k, (load, path) in enumerate(rows_paths.items()):
+            log(f"{name}: ready in {entry['ready_s']} s; {load} load: {args.clients} clients, "
+                f"{args.requests} requests")
+            limit = (deadline - time.monotonic() - 10) / (len(rows_paths) - k)
+            s = entry["loads"][load] = run_load(args, path, port, limit,
+                                                args.work_dir / f"{name}.{load}.load.json", burst=k == 0)
+            if load == "rows":
+                entry["summary"] = s
+            log(f"{name} {load}: {s['requests_per_s']} requests/s, {s['questions_per_s']} questions/s, p50 "
+                f"{s['p50_ms']} ms, p99 {s['p99_ms']} ms, errors {s['errors']}, differ from alone "
+                f"{s['differ_from_alone']}")
     except Exception as e:  # noqa: BLE001 -- a server that fails is a row with its error, not a crash
         entry["error"] = f"{type(e).__name__}: {e}".strip()[:2000]
         log(f"{name}: {entry['error'][:300]}")
@@ -243,6 +258,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--deadline", type=float, default=60.0, help="flidec serve --deadline, seconds")
     p.add_argument("--threads", type=int, help="flidec serve --threads (on a shared CPU, 1)")
     p.add_argument("--servers", default="flidec,flide", help="comma list of flidec, flide")
+    p.add_argument("--loads", default="rows,shared", help="comma list of rows, shared (one question a "
+                   "request, a row's requests in flight together)")
     p.add_argument("--flide-python", default=sys.executable, help="the Python that has flide 0.1.4")
     p.add_argument("--time-budget-s", type=float, default=300.0, help="the whole run, setup included")
     p.add_argument("--commit", default=None, help="default: git's, else 'unknown'")
@@ -253,6 +270,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     for s in args.servers:
         if s not in ("flidec", "flide"):
             p.error(f"unknown server {s!r}; flidec or flide")
+    args.loads = [s for s in args.loads.split(",") if s]
+    for s in args.loads:
+        if s not in ("rows", "shared"):
+            p.error(f"unknown load {s!r}; rows or shared")
     return args
 
 
@@ -286,9 +307,13 @@ def main(argv: list[str] | None = None) -> int:
         tokenizer = load_tokenizer(args.model)
         t0 = time.monotonic()
         rows = request_rows(lambda s: len(tokenizer.encode(s)), args.rows, args.scale)
-        rows_path = args.work_dir / "rows.jsonl"
+        rows_paths = {}
+        for load in args.loads:
+            rows_paths[load] = args.work_dir / f"{load}.jsonl"
+            bodies = rows if load == "rows" else shared_rows(rows)
+            rows_paths[load].write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in bodies),
+                                        encoding="utf-8")
         text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
-        rows_path.write_text(text, encoding="utf-8")
         tokens = [len(tokenizer.encode(r["state"])) for r in rows]  # QuALITY- and RACE-like: text states
         report["rows"] = {"count": len(rows), "quality_like": len(rows) // QUALITY_EVERY,
                           "race_like": len(rows) - len(rows) // QUALITY_EVERY, "scale": args.scale,
@@ -312,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
         for i, name in enumerate(args.servers):
             share = (deadline - time.monotonic()) / (len(args.servers) - i)
             report["servers"][name] = {}
-            bench_server(name, args, artifact, rows_path, time.monotonic() + share, report["servers"][name])
+            bench_server(name, args, artifact, rows_paths, time.monotonic() + share, report["servers"][name])
             write()
     except Stopped as e:
         report["stopped"] = str(e)

@@ -478,7 +478,8 @@ def add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--trust-weights", action="store_true", help="skip hashing the weights at load")
     p.add_argument("--max-queue", type=int, default=1024, metavar="N",
                    help="requests waiting for a run; past it 429 with Retry-After (default 1024)")
-    p.add_argument("--max-batch", type=int, default=64, metavar="N", help="instances a run (default 64)")
+    p.add_argument("--max-batch", type=int, default=256, metavar="N", help="requests a run (default 256; a "
+                   "run also ends at two of the largest bucket's rows)")
     p.add_argument("--deadline", type=float, default=60.0, metavar="S",
                    help="seconds from a request's arrival to its answer; past it 503 (default 60)")
     p.add_argument("--max-body-bytes", type=int, default=8 << 20, metavar="B",

@@ -40,7 +40,7 @@ class ServeOptions:
     dtype: str | None = None
     trust_weights: bool = False
     max_queue: int = 1024
-    max_batch: int = 64
+    max_batch: int = 256
     deadline_s: float = 60.0
     max_body_bytes: int = 8 << 20
     body_timeout_s: float = 30.0
