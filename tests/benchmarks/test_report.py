@@ -11,8 +11,11 @@ import math
 import shlex
 from pathlib import Path
 
+from benchmarks import page as pages
 from benchmarks import report
 from benchmarks.measure import Cell
+from benchmarks.sections import compute, serving, targets
+from benchmarks.sections import kernels as kernel_classes
 from benchmarks.work import Read, Work
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -107,9 +110,9 @@ def test_benchmarks_md_is_what_its_command_regenerates() -> None:
     start = text.index("python -m benchmarks.report")
     command = text[start : text.index("```", start)].replace("\\\n", " ")
     argv = shlex.split(command)[3:]  # past `python -m benchmarks.report`
-    args = report.page_parser().parse_args(argv)
+    args = pages.page_parser().parse_args(argv)
     assert args.out == Path("BENCHMARKS.md") and args.run.parent == Path("benchmarks/results")
-    assert report.page(args, ROOT) == text, "BENCHMARKS.md is stale: run the command at its top to rewrite it"
+    assert pages.page(args, ROOT) == text, "BENCHMARKS.md is stale: run the command at its top to rewrite it"
     assert len(text.splitlines()) <= 330  # the current reference, not a journal (one section a measurement)
 
 
@@ -142,12 +145,12 @@ def test_the_serve_section_renders_only_from_its_file(tmp_path) -> None:
         while flag in argv:
             at = argv.index(flag)
             argv = argv[:at] + argv[at + 2 :]
-    plain = report.page(report.page_parser().parse_args(argv), ROOT)
+    plain = pages.page(pages.page_parser().parse_args(argv), ROOT)
     assert "## The server under load" not in plain  # no section without --serve
     path = tmp_path / "serve.json"
     path.write_text(json.dumps(SERVE))
-    args = report.page_parser().parse_args([*argv, "--serve", str(path)])
-    page = report.page(args, ROOT)
+    args = pages.page_parser().parse_args([*argv, "--serve", str(path)])
+    page = pages.page(args, ROOT)
     assert f"  --serve {path} \\\n  --out BENCHMARKS.md" in page  # the command names the file
     section = page[page.index("## The server under load") :]
     assert "serve.json: on NVIDIA H200, commit abc1234. 64 clients send 2,048 System One requests" in section
@@ -166,7 +169,7 @@ def test_the_serve_section_renders_only_from_its_file(tmp_path) -> None:
     short["servers"]["flidec"]["summary"] |= {"sent": 1000, "alone_sent": 200}
     path.write_text(json.dumps(short))
     assert "ready in 6.3 s; out of time: 1,000 of 2,048 requests sent, 200 of 256 rows alone\n" in (
-        report.serve_section(path, ROOT))
+        serving.serve_section(path, ROOT))
 
 
 def result(cells: list[dict], speedup: float | None = None) -> dict:
@@ -186,7 +189,7 @@ def test_each_target_gets_its_status() -> None:
         ],
         speedup=None,
     )
-    lines = report.targets_table(run, None).splitlines()
+    lines = targets.targets_table(run, None).splitlines()
     rows = {line.split(" | ")[0][2:]: line.split(" | ") for line in lines}
     assert rows["QuALITY-like q/s"][1:] == ["30.0", "flide 10.0", "3.00x", ">= 1.5x flide", "met |"]
     assert rows["QuALITY-like p50 ms"][-1] == "met |"  # 0.7x is at most 0.7x
@@ -197,7 +200,7 @@ def test_each_target_gets_its_status() -> None:
     assert rows["fork vs solo, QuALITY-like"][-1] == "not measured |"
     assert rows["mixed q/s"][-1] == "not measured |"  # no cell
     before = result([{"engine": "flidec", "workload": "quality", "qps": 20.0}], 7.5)
-    earlier = report.targets_table(run, before)
+    earlier = targets.targets_table(run, before)
     assert "| QuALITY-like q/s | 20.0 | 30.0 |" in earlier
     assert "| fork vs solo, QuALITY-like | 7.50x | - |" in earlier
 
@@ -212,11 +215,11 @@ def test_kernels_fall_into_classes_and_unlisted_time_is_kept() -> None:
         {"kernel": "causal_conv1d_fwd_kernel", "total_us": 1000.0},
         {"kernel": "_swiglu_kernel", "total_us": 1000.0},
     ]
-    ms = report.class_ms(kernels, 2)
+    ms = kernel_classes.class_ms(kernels, 2)
     assert ms["GEMMs"] == 2.0 and ms["Gated DeltaNet"] == 1.2 and ms["attention"] == 0.3
-    assert ms["conv"] == 0.5 and ms[report.REST] == 0.5
+    assert ms["conv"] == 0.5 and ms[kernel_classes.REST] == 0.5
     assert ms["past the list"] == 0.5 and ms["device total"] == 5.0
-    flidec = report.class_ms([{"kernel": "gemm_silu_mul_kernel", "total_us": 3000.0}], 1)
+    flidec = kernel_classes.class_ms([{"kernel": "gemm_silu_mul_kernel", "total_us": 3000.0}], 1)
     assert flidec["device total"] == 3.0 and math.isnan(flidec["past the list"])  # no (all) row: unknown
 
 
@@ -228,11 +231,11 @@ def test_an_agent_file_can_show_some_engines_only() -> None:
 
     def engines(section: str) -> list[str]:
         return [line.split(" | ")[2] for line in section.splitlines() if line.startswith(row)]
-    every = report.agent_section([path], ROOT)
+    every = serving.agent_section([path], ROOT)
     assert engines(every) == ["flidec", "flidec-saved", "flide"] and "resumed from disk" in every
-    only = report.agent_section([f"{path}:flide"], ROOT)
+    only = serving.agent_section([f"{path}:flide"], ROOT)
     assert engines(only) == ["flide"] and "resumed from disk" not in only and "in phases" not in only
-    assert engines(report.agent_section([f"{path}:flidec,flide"], ROOT)) == ["flidec", "flide"]
+    assert engines(serving.agent_section([f"{path}:flidec,flide"], ROOT)) == ["flidec", "flide"]
 
 
 def test_the_replicas_scaling_is_computed_from_the_router_and_serve_files(tmp_path) -> None:
@@ -244,13 +247,13 @@ def test_the_replicas_scaling_is_computed_from_the_router_and_serve_files(tmp_pa
                                                "requests_per_s": 401.6, "ms_each": 2.4}}))
     serve = tmp_path / "serve.json"
     serve.write_text(json.dumps(SERVE))
-    assert report.router_section(None, serve, ROOT) == ""
-    section = report.router_section(router, serve, ROOT)
+    assert serving.router_section(None, serve, ROOT) == ""
+    section = serving.router_section(router, serve, ROOT)
     assert "up to one ingress's 400 requests/s (2.50 ms a request" in " ".join(section.split())
     rows = [line for line in section.splitlines() if line.startswith("| ")][1:]
     assert rows[0] == "| 1 | 400.0 | 2,100.0 | the ingress |"  # SERVE's 812.3 requests/s, past the cap
-    assert len(rows) == len(report.REPLICA_COUNTS)
-    assert "| replicas" not in report.router_section(router, None, ROOT)  # no single server: no table
+    assert len(rows) == len(serving.REPLICA_COUNTS)
+    assert "| replicas" not in serving.router_section(router, None, ROOT)  # no single server: no table
 
 
 def test_numerics_section_sets_both_flidec_builds_beside_flide(tmp_path) -> None:
@@ -267,7 +270,7 @@ def test_numerics_section_sets_both_flidec_builds_beside_flide(tmp_path) -> None
     other = {"command": "benchmarks/run.py --model /tmp/m1", "commit": "c1",
              "workloads": {"race": {}, "mixed": {}}, "cells": [cell("flidec", 0.05, 100.0)]}
     (tmp_path / "other.json").write_text(json.dumps(other))
-    lines = report.numerics_section(run, [Path("other.json")], tmp_path).splitlines()
+    lines = compute.numerics_section(run, [Path("other.json")], tmp_path).splitlines()
     assert lines[2] == ("| m0 (c0) | race | 0.01000 / 0.04000 / 0.02000 | 0.50x | 0.10 / 0.40 / 0.20 | "
                         "1/8 / 1/8 / 1/8 | 900.0 / 1,000.0 (-10.0%) |")
     assert lines[3] == "| m1 (c1) | race | - / 0.05000 / - | - | - / 0.50 / - | - / 1/8 / - | - / 100.0 |"
@@ -282,7 +285,7 @@ def test_sizes_section_sets_flidec_beside_flide_per_workload(tmp_path) -> None:
     result = {"model": {"hidden": 2560, "layers": 32, "token_gflops": 7.2782}, "workloads": {"race": {}},
               "cells": [cell("flidec", 240.0, 25.0), cell("flide", 300.0, 20.0)]}
     (tmp_path / "big.json").write_text(json.dumps(result))
-    lines = report.sizes_section([Path("big.json")], tmp_path).splitlines()
+    lines = compute.sizes_section([Path("big.json")], tmp_path).splitlines()
     assert lines[2] == ("| big.json | 2560 hidden, 32 layers, 7.28 GFLOP a token | race | 240.0 / 300.0 | "
                         "0.80x | 24.0 / 30.0 | 25.00 / 20.00 | 1.25x |")
     assert len(lines) == 3
@@ -295,8 +298,8 @@ def test_gemm_section_lists_where_cublas_differs_and_both_times(tmp_path) -> Non
                  "rows_not_invariant": []})
     time = [{"size": "0.8B", "rows": 1024, "down": {"triton_ms": 0.0268, "torch_ms": 0.0187}}]
     (tmp_path / "g.json").write_text(json.dumps({"gpu": "H200", "torch": "2.11", "bits": bits, "time": time}))
-    text = report.gemm_section(Path("g.json"), tmp_path)
+    text = compute.gemm_section(Path("g.json"), tmp_path)
     assert "- 0.8B, W 1024 x 3584: 1, 64 / 1; the same bits at every count above" in text
     assert "- the same bits at every row count: 0.8B 16 x 1024" in text
     assert text.endswith("| 0.8B | 1,024 | 0.027 / 0.019 |")
-    assert report.gemm_section(None, tmp_path) == "No `--gemm` file given."
+    assert compute.gemm_section(None, tmp_path) == "No `--gemm` file given."
