@@ -165,7 +165,7 @@ class Scheduler:
                 self._counts["refused"] += 1
                 raise QueueFull(depth, self.max_queue, self._retry_after())
             if deadline_s is not None:
-                request.deadline = request.arrived + deadline_s
+                request.deadline = time.monotonic() + deadline_s
             entry = _Entry(request, deadline_s, self._seq)
             self._seq += 1
             self._preparing += 1
