@@ -98,26 +98,35 @@ def serve_section(path: Path | None, root: Path) -> str:
              f"{deadline}: past its queue a request is refused with 429 and Retry-After). Errors are "
              "answers other than 200 in the load, refusals those of the burst; the longest wait is the "
              "burst's.")
+    if any("shared" in e.get("loads", {}) for e in run["servers"].values()):
+        prose += (" The shared load sends each question of a row as its own request about the row's state, a "
+                  "row's requests one after the other, so the clients have the requests about one state in "
+                  "flight together (what an agent asking one question a request sends); its questions/s "
+                  "compare with the rows load's.")
     lines = ["", "## The server under load (benchmarks/serve_bench.py)", textwrap.fill(prose, 110), "",
-             "| server | requests/s | questions/s | p50 ms | p99 ms | errors | differ from alone | "
-             "burst refused | with Retry-After | longest wait, ms |", "|---" * 10 + "|"]
+             "| server | load | requests/s | questions/s | p50 ms | p99 ms | errors | differ from alone | "
+             "burst refused | with Retry-After | longest wait, ms |", "|---" * 11 + "|"]
     notes = []
     for name, e in run["servers"].items():
-        if "summary" not in e:
+        loads = e.get("loads") or ({"rows": e["summary"]} if "summary" in e else {})
+        if not loads:
             error = e.get("error", "did not finish").strip().splitlines()[-1]
-            lines.append(f"| {name} | error: {error[:120]} |" + " |" * 8)
-        else:
-            s, b = e["summary"], e["summary"].get("burst")
-            cells = [f"{s['requests_per_s']:,.1f}", f"{s['questions_per_s']:,.1f}", f"{s['p50_ms']:,.1f}",
-                     f"{s['p99_ms']:,.1f}", _errors(s), str(s["differ_from_alone"])]
+            lines.append(f"| {name} | - | error: {error[:120]} |" + " |" * 8)
+        for load_name, s in loads.items():
+            b = s.get("burst")
+            cells = [load_name, f"{s['requests_per_s']:,.1f}", f"{s['questions_per_s']:,.1f}",
+                     f"{s['p50_ms']:,.1f}", f"{s['p99_ms']:,.1f}", _errors(s), str(s["differ_from_alone"])]
             cells += [str(b["refused"]), str(b["refused_with_retry_after"]), f"{b['max_wait_ms']:,.0f}"] \
                 if b else ["-", "-", "-"]
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
         ready = f", ready in {e['ready_s']:.1f} s" if "ready_s" in e else ""
-        s = e.get("summary", {})
-        short = s.get("sent", 0) < s.get("requests", 0) or s.get("alone_sent", 0) < s.get("rows", 0)
-        cut = f"; out of time: {s['sent']:,} of {s['requests']:,} requests sent, {s['alone_sent']} of " \
-            f"{s['rows']} rows alone" if short else ""
+        cut = ""
+        for load_name, s in loads.items():
+            if s.get("sent", 0) < s.get("requests", 0) or s.get("alone_sent", 0) < s.get("rows", 0):
+                cut += f"; {load_name} out of time: {s['sent']:,} of {s['requests']:,} requests sent, " \
+                    f"{s['alone_sent']} of {s['rows']} rows alone"
+        if loads and "error" in e:
+            cut += f"; then: {e['error'].strip().splitlines()[-1][:200]}"
         notes.append(f"- {name}: `{e['command']}`{ready}{cut}")
     return "\n".join(lines + ["", *notes]) + "\n"
 

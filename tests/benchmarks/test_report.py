@@ -158,9 +158,10 @@ def test_the_serve_section_renders_only_from_its_file(tmp_path) -> None:
         " ".join(section.split()))
     assert "flidec serve --max-queue 64, --deadline 60" in " ".join(section.split())
     rows = [line for line in section.splitlines() if line.startswith("| ")]
-    assert rows[0].split(" | ")[1:4] == ["requests/s", "questions/s", "p50 ms"]
-    assert rows[1] == "| flidec | 812.3 | 4,264.8 | 70.2 | 180.0 | 2 (503: 2) | 0 | 128 | 128 | 1,234 |"
-    assert rows[2] == "| flide | error: ModuleNotFoundError: No module named 'fla' |" + " |" * 8
+    assert rows[0].split(" | ")[1:5] == ["load", "requests/s", "questions/s", "p50 ms"]
+    assert rows[1] == ("| flidec | rows | 812.3 | 4,264.8 | 70.2 | 180.0 | 2 (503: 2) | 0 | 128 | 128 | "
+                       "1,234 |")
+    assert rows[2] == "| flide | - | error: ModuleNotFoundError: No module named 'fla' |" + " |" * 8
     assert rows[1].count("|") == rows[2].count("|") == rows[0].count("|")
     assert "- flidec: `flidec serve /tmp/a --port 1 --device cuda --max-queue 64`, ready in 6.3 s" in section
     flide = "- flide: `flide serve --model /tmp/m --format next_token --device cuda --port 2`\n"
@@ -168,8 +169,16 @@ def test_the_serve_section_renders_only_from_its_file(tmp_path) -> None:
     short = json.loads(json.dumps(SERVE))
     short["servers"]["flidec"]["summary"] |= {"sent": 1000, "alone_sent": 200}
     path.write_text(json.dumps(short))
-    assert "ready in 6.3 s; out of time: 1,000 of 2,048 requests sent, 200 of 256 rows alone\n" in (
+    assert "ready in 6.3 s; rows out of time: 1,000 of 2,048 requests sent, 200 of 256 rows alone\n" in (
         serving.serve_section(path, ROOT))
+    both = json.loads(json.dumps(SERVE))  # a run of both loads: a row per load, the shared one's prose
+    flidec = both["servers"]["flidec"]
+    flidec["loads"] = {"rows": flidec["summary"], "shared": {**flidec["summary"], "burst": None,
+                                                             "requests_per_s": 2000.0}}
+    path.write_text(json.dumps(both))
+    section = serving.serve_section(path, ROOT)
+    assert "| flidec | shared | 2,000.0 | 4,264.8 | 70.2 | 180.0 | 2 (503: 2) | 0 | - | - | - |" in section
+    assert "The shared load sends each question of a row as its own request" in " ".join(section.split())
 
 
 def result(cells: list[dict], speedup: float | None = None) -> dict:
