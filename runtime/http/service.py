@@ -13,9 +13,9 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from flidec.runtime.http.errors import ApiError, retry_headers
 from flidec.runtime.program import Program
@@ -35,11 +35,23 @@ class ServiceOptions:
     warm: bool = True  # run every bucket once before /health says ready
 
 
+class Served(Protocol):
+    """What the routes read of the loaded artifact: its trees by name (each with its `.tree`) and the name it
+    serves as. A Program is one; a replica ingress holds a view of one (runtime/replicas/service.py)."""
+
+    @property
+    def trees(self) -> Mapping[str, Any]: ...
+
+    @property
+    def served_name(self) -> str: ...
+
+
 class Service:
-    def __init__(self, loader: Callable[[], Program], options: ServiceOptions = ServiceOptions()):
+    def __init__(self, loader: Callable[[], Program | None], options: ServiceOptions = ServiceOptions()):
         self.options = options
         self._loader = loader
-        self.program: Program | None = None
+        self.program: Served | None = None  # what the routes read (set once loaded)
+        self._local: Program | None = None  # the Program this process runs (None behind replicas)
         self.queue: Scheduler | None = None
         self.error: BaseException | None = None
         self.loaded = threading.Event()  # set once loading ended, loaded or failed
@@ -56,12 +68,13 @@ class Service:
     def _load(self) -> None:
         try:
             program = self._loader()
+            assert program is not None, "a Service's loader returns the Program it serves"
             o = self.options
             if o.warm:
                 program.warm()  # each bucket run once (graph capture, first calls) before /health is ready
             self.queue = Scheduler(program, max_batch=o.max_batch, max_wait_s=o.max_wait_s,
                                    max_queue=o.max_queue, threads=o.threads)
-            self.program = program
+            self._local = self.program = program
         except BaseException as e:  # noqa: BLE001 (reported by the CLI, which stops the server)
             self.error = e
             if self.on_failure is not None:
@@ -80,7 +93,7 @@ class Service:
     def ready(self) -> bool:
         return self.program is not None
 
-    def ready_program(self) -> Program:
+    def ready_program(self) -> Served:
         if self.program is None:
             raise ApiError(503, "overloaded_error", "the server is still loading its artifact: retry shortly",
                            retry_headers(1.0))
@@ -88,11 +101,11 @@ class Service:
 
     def live(self) -> dict | None:
         """What /metrics reads at scrape time (None while loading)."""
-        if self.program is None or self.queue is None:
+        if self._local is None or self.queue is None:
             return None
-        device = getattr(self.program.engine, "device", None)
+        device = getattr(self._local.engine, "device", None)
         cuda = device if getattr(device, "type", None) == "cuda" else None
-        stats = self.program.stats
+        stats = self._local.stats
         return {"queue": self.queue.stats(), "program": stats, "buckets": dict(stats.buckets), "cuda": cuda}
 
     # -- answering ------------------------------------------------------------------------------------------

@@ -82,7 +82,7 @@ class RoutedService(Service):
     def __init__(self, o: ServeOptions, connect: Callable[[], Any]):
         from flidec.runtime.replicas.deployment import service_options
 
-        super().__init__(lambda: None, service_options(o))  # type: ignore[arg-type,return-value]
+        super().__init__(lambda: None, service_options(o))  # _load below connects instead of loading
         self.serve_options = o
         self._connect = connect
         self.handle: Any = None
@@ -104,8 +104,8 @@ class RoutedService(Service):
                                  "serve logs, /tmp/ray/session_latest/logs/serve/replica_*)") from None
             by_name = {t.name: t for t in spec.trees}
             self.handle = handle
-            self.program = ArtifactView({n: TreeView(by_name[n]) for n in about["trees"]},  # type: ignore[assignment]
-                                        about["served_name"])
+            trees = {n: TreeView(by_name[n]) for n in about["trees"]}
+            self.program = ArtifactView(trees, about["served_name"])
             log.info("flidec serve: the replicas of %s are ready, serving %s as %r", directory,
                      ", ".join(about["trees"]), about["served_name"])
         except BaseException as e:  # noqa: BLE001 (reported by the CLI, which stops the server)
