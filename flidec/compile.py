@@ -119,6 +119,7 @@ def _compile_into(out: Path, spec_path: str | Path, model: str | Path, target: s
     spec, source = load_spec(spec_path)
     spec = _only(spec, tree)
     model_dir = resolve_model(str(model))
+    config = TextConfig.from_dir(model_dir)  # an architecture flidec does not run is refused here, any target
     to = log or sys.stderr  # sys.stderr as it is now (a test may have replaced it)
     chosen = resolve_format(spec.format, model_dir, load_tokenizer(model_dir), format, str(model))
     if chosen.decision is not None:  # the artifact's tree.json says the runtime reads format.json
@@ -142,7 +143,7 @@ def _compile_into(out: Path, spec_path: str | Path, model: str | Path, target: s
     program = run_pipeline(spec, TREE_PIPELINE, ctx, "tree")
     if target != "cpu":
         rows = chosen.head["weight"].shape[0] if chosen.head else 0
-        traced = torch.fx.symbolic_trace(Qwen35(TextConfig.from_dir(model_dir), GPU_DTYPE,
+        traced = torch.fx.symbolic_trace(Qwen35(config, GPU_DTYPE,
                                                 ACTIVATIONS[activations], head_rows=rows))
         ctx = dataclasses.replace(ctx, graph=run_pipeline(traced, GRAPH_PIPELINE, ctx, "fx"))
     written = run_pipeline(program, BUILD_PIPELINE, ctx, "program")  # a codegen/levels.Artifact

@@ -17,6 +17,7 @@ from flidec.ir.errors import ModelError
 
 LINEAR, FULL = "linear_attention", "full_attention"
 ARCHITECTURES = ("Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration")
+MODEL_TYPES = ("qwen3_5", "qwen3_5_text")  # a config without `architectures` is read by its model_type
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +63,10 @@ class TextConfig:
         nested = arch == "Qwen3_5ForConditionalGeneration" or (arch is None and "text_config" in raw)
         if arch is not None and arch not in ARCHITECTURES:
             raise ModelError(f"unsupported architecture {arch!r}: flidec runs {', '.join(ARCHITECTURES)}")
+        kind = raw.get("model_type")
+        if arch is None and kind is not None and kind not in MODEL_TYPES:
+            raise ModelError(f"unsupported model_type {kind!r} (config.json names no architectures): flidec "
+                             f"runs {', '.join(ARCHITECTURES)} (model_type {', '.join(MODEL_TYPES)})")
         text = raw.get("text_config") or {} if nested else raw
         tie = raw.get("tie_word_embeddings", text.get("tie_word_embeddings", False)) if nested else None
         return _from_text(text, nested, tie)

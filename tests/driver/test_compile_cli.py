@@ -122,3 +122,20 @@ def test_the_kernel_cache_compiles_a_kernel_again_when_its_source_changes(tmp_pa
         kernel, was_compiled = stage.cached_kernel(spec, "sm_90", tmp_path)
         assert was_compiled == fresh and kernel.cubin == source.encode()
     assert compiled == ["a" * 64, "b" * 64]
+
+
+def test_an_architecture_flidec_does_not_run_is_refused_at_compile_time_for_every_target(tmp_path, capsys):
+    import shutil
+
+    llama = tmp_path / "llama"
+    shutil.copytree(DEMO_MODEL, llama)
+    config = json.loads((llama / "config.json").read_text())
+    (llama / "config.json").write_text(json.dumps({**config, "architectures": ["LlamaForCausalLM"],
+                                                   "model_type": "llama"}))
+    for target in ("cpu", "sm_90"):
+        out = tmp_path / f"out-{target}"
+        assert main(["compile", str(EXAMPLES / "demo.flide"), "--model", str(llama), "--target", target,
+                     "-o", str(out)]) == 1
+        err = capsys.readouterr().err
+        assert "unsupported architecture 'LlamaForCausalLM': flidec runs Qwen3_5ForCausalLM" in err
+        assert not out.exists() or not any(out.iterdir())  # nothing written

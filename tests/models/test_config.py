@@ -30,6 +30,7 @@ def test_defaults_and_older_rope_keys():
     [
         ({"rope_parameters": {"rope_type": "yarn", "factor": 4.0}}, "rope_type 'yarn'"),
         ({"architectures": ["LlamaForCausalLM"]}, "unsupported architecture 'LlamaForCausalLM'"),
+        ({"architectures": None, "model_type": "llama"}, "unsupported model_type 'llama'"),
         ({"layer_types": ["linear_attention"]}, "layer_types must list 4"),
         ({"vocab_size": None}, None),
     ],
