@@ -72,12 +72,12 @@ class SchedulerStats:
     batch_sizes: dict[int, int]  # requests in a returned run -> how many such runs
 
 
-def failure_result(e: BaseException) -> Result:
-    """The Result of a request whose run raised with it alone."""
+def failure_result(e: BaseException, stage: str = "the run") -> Result:
+    """The Result of a request whose `stage` ("the run", or "preparing") raised with it alone."""
     if isinstance(e, FlideError):
         return Result.failed(e)
     return Result({"error": {"type": type(e).__name__, "problems": [
-        f"the run raised on this instance alone: {e} (if the instance is valid, this is a flidec bug: "
+        f"{stage} raised on this instance alone: {e} (if the instance is valid, this is a flidec bug: "
         "report it with the instance)"]}})
 
 
@@ -140,6 +140,7 @@ class Scheduler:
         self._preparing = 0
         self._ready: list[_Entry] = []  # prepared, in arrival order
         self._closed = False
+        self._stopped: RuntimeError | None = None  # set when the worker stopped on an error
         self._seq = 0
         self._counts: Counter[str] = Counter()
         self._batch_sizes: Counter[int] = Counter()
@@ -218,15 +219,19 @@ class Scheduler:
             try:
                 self.door.prepare(r)
             except Exception as e:  # noqa: BLE001 (a bug in preparing one request ends that request only)
-                r.result = failure_result(e)
+                r.result = failure_result(e, "preparing")
             ended = r.result is not None
         with self._cond:
             self._preparing -= 1
-            if not ended:
+            stopped = self._stopped
+            if not ended and stopped is None:
                 self._ready.append(entry)
                 self._ready.sort(key=lambda e: e.seq)  # hosts finish out of order: runs take arrival order
             self._cond.notify_all()
-        if ended:
+        if not ended and stopped is not None:  # the worker is gone: nothing would run it
+            if not entry.future.done():
+                entry.future.set_exception(stopped)
+        elif ended:
             if entry.future.set_running_or_notify_cancel():
                 self._resolve(entry, None)
             else:
@@ -241,6 +246,7 @@ class Scheduler:
     def _serve(self) -> None:
         torch.set_num_threads(self._threads)
         taken: list[_Entry] = []
+        expired: list[_Entry] = []
         try:
             while True:
                 picked = self._next_batch()
@@ -251,10 +257,12 @@ class Scheduler:
                     if not e.future.set_running_or_notify_cancel():
                         self._count("cancelled")
                         continue
+                    waited = time.monotonic() - e.request.arrived
                     e.request.result = Result({"error": {"type": "DeadlineExceeded", "problems": [
-                        f"the request waited past its deadline_s={e.deadline_s:.3g} before it was run: "
-                        "submit it again with a longer deadline or when the queue is shorter"]}})
+                        f"the request waited {waited:.3g} s, past its deadline, before it was run: submit it "
+                        "again with a longer deadline or when the queue is shorter"]}})
                     self._resolve(e, "expired")
+                expired = []
                 live = [e for e in taken if e.future.set_running_or_notify_cancel()]
                 if len(live) < len(taken):
                     self._count("cancelled", len(taken) - len(live))
@@ -262,14 +270,16 @@ class Scheduler:
                     self._run(live)
                 taken = []
         except BaseException as e:
-            # never leave a caller waiting on a worker that is gone: fail what it held and what waits
+            # never leave a caller waiting on a worker that is gone: fail what it held, what waits and what
+            # is still preparing (_prepare sees _stopped)
+            stopped = RuntimeError(f"the scheduler's worker stopped ({e!r}): submit again to a new Scheduler")
             with self._cond:
                 self._closed = True
-                stranded, self._ready = taken + self._ready, []
+                self._stopped = stopped
+                stranded, self._ready = taken + expired + self._ready, []
             for s in stranded:
                 if not s.future.done():
-                    s.future.set_exception(RuntimeError(f"the scheduler's worker stopped ({e!r}): submit "
-                                                        "again to a new Scheduler"))
+                    s.future.set_exception(stopped)
             raise
 
     def _next_batch(self) -> tuple[list[_Entry], list[_Entry]] | None:
