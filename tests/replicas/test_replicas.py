@@ -2,8 +2,8 @@
 only one) with two CPU replicas of the systemone cpu artifact (tests/conftest.py) behind one endpoint,
 sharing a checkpoint directory. jevcompat passes keyless through the endpoint; every answer is bit for bit
 a single process's (the same Program loaded here); an agent trajectory's steps land on one replica (the
-`x-flidec-replica` header); killing a replica while requests are in flight loses none and changes no
-answer. The routing rule itself: test_router.py.
+`x-flidec-replica` header); killing a replica while requests are in flight (two about each state, shared
+by the replica that holds them) loses none and changes no answer. The routing rule itself: test_router.py.
 """
 
 from __future__ import annotations
@@ -141,6 +141,11 @@ def _body(state: str, q: int = 0, **extra: object) -> dict:
     return {"model": "jev-latest", "state": state, "questions": questions, **extra}
 
 
+def _one(body: dict, question: str) -> dict:
+    """The body asking only its question `question`."""
+    return {**body, "questions": {question: body["questions"][question]}}
+
+
 def _trajectory(agent: int, steps: int) -> list[str]:
     """An agent's growing history: each step's state extends the last one's text."""
     states, text = [], f"Agent {agent} works ticket #{4471 + agent}. {TICKET} "
@@ -188,19 +193,21 @@ def test_an_agent_trajectory_stays_on_one_replica(endpoint: Endpoint, single) ->
 def test_killing_a_replica_mid_run_loses_nothing_and_changes_no_answer(endpoint: Endpoint, single) -> None:
     pids = endpoint.replica_pids()
     assert len(pids) == 2, pids
-    bodies = [_body(s, q=i, x_session=f"kill-{a}") for a in range(4)
-              for i, s in enumerate(_trajectory(10 + a, 4))]
+    # each agent's step asks its two questions as two requests about one state, in flight together (the
+    # shared-state load: the replica computes the state once for both)
+    bodies = [_one(_body(s, q=i, x_session=f"kill-{a}"), name) for i in range(4) for a in range(4)
+              for s in [_trajectory(10 + a, 4)[i]] for name in ("refund", "team")]
     results: dict[int, tuple[int, dict]] = {}
     lock = threading.Lock()
 
     def client(k: int) -> None:
-        for i in range(k, len(bodies), 4):  # each client walks one agent's steps in order
+        for i in range(k, len(bodies), 8):  # each client walks one agent's steps in order, one question
             status, _, answer = _post(endpoint.url + "/v1/systemone", bodies[i])
             with lock:
                 assert i not in results  # answered once
                 results[i] = (status, answer)
 
-    threads = [threading.Thread(target=client, args=(k,)) for k in range(4)]
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(8)]
     for t in threads:
         t.start()
     while True:  # kill one replica once a few answers are in and the rest are on their way
