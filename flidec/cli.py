@@ -399,8 +399,6 @@ def add_run(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default="cpu", type=device_name, help="cpu, cuda or cuda:N (default cpu)")
     p.add_argument("--dtype", choices=["fp32", "bf16"], help="weights and activations (default fp32; a cuda "
                    "artifact: its kernels' own, and another is refused)")
-    p.add_argument("--max-stream-tokens", type=int,
-                   help="a spec: pack instances into streams of at most this many tokens (default 8192)")
     p.add_argument("--trust-weights", action="store_true", help="an artifact: skip hashing its weights at "
                    "load (a trusted in-place swap of same-sized weights; sizes and config are still checked)")
     p.add_argument("--served-name", help="the model name System One responses report (default: the model "
@@ -433,7 +431,7 @@ def run_run(args: argparse.Namespace) -> int:
     model = args.model or (None if Path(args.spec).is_dir() else _demo_model())  # an artifact brings its own
     saved = SavedOptions(not args.no_saved_states, args.checkpoints, args.saved_gpu_gib, args.saved_host_gib)
     summary = run(args.spec, model, args.instances, args.out, tree=args.tree, device=args.device,
-                  dtype=args.dtype, max_stream_tokens=args.max_stream_tokens, served_name=args.served_name,
+                  dtype=args.dtype, served_name=args.served_name,
                   progress=not args.quiet, trust_weights=args.trust_weights, saved=saved, format=args.format)
     print(f"{summary.answered} answered, {summary.failed} failed, {summary.questions} questions in "
           f"{summary.wall_s:.1f} s ({summary.questions_per_s:.1f} questions/s); results in "

@@ -1,13 +1,16 @@
-"""`flidec run`: answer a spec's instances with the reference executor, without compiling, or an artifact's.
+"""`flidec run`: answer an artifact's instances, or a spec's (compiled for the cpu target on the fly).
 
-Consumes a spec and a model (local directory or hub id), or an artifact directory (flidec.runtime.load:
-its recordings on a GPU, the reference executor on the CPU), and instances (JSON lines, optionally gzipped);
-produces DIR/results.jsonl (one answer object per instance, in input order: System One responses for
-wire="systemone" trees; `{"error": ...}` for an instance that could not be answered, which never stops the
-run) and DIR/summary.json. Instances are bound a window at a time and packed several to a stream, up to
-`max_stream_tokens` rows; packing never changes an answer (E1). Lines are parsed strictly (loads_instance);
-a window that fails as a whole is answered again one instance at a time, so only the bad row gets the error.
-Results go to a temporary directory moved into DIR at the end: an interrupt leaves DIR's old results intact.
+Consumes an artifact directory (flidec.runtime.load: its recordings on a GPU, the reference executor on the
+CPU) or a spec and a model (local directory or hub id), which it compiles for the cpu target into a
+temporary directory and runs as that artifact on the reference executor (on `--device`, a GPU too), and
+instances (JSON lines, optionally gzipped); produces DIR/results.jsonl (one answer object per instance, in
+input order: System One responses for wire="systemone" trees; `{"error": ...}` for an instance that could
+not be answered, which never stops the run) and DIR/summary.json. Both go through the runtime's one door:
+a window of instances at a time is prepared and executed as one run (`Program.prepare` / `execute`), packed
+by the bucket ladder; packing never changes an answer (E1). Lines are parsed strictly (loads_instance); a
+run that fails as a whole is redone in halves (runtime/scheduler.execute_isolated), so only the bad row
+gets the error. Results go to a temporary directory moved into DIR at the end: an interrupt leaves DIR's
+old results intact.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import re
 import secrets
 import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
@@ -27,21 +31,12 @@ from pathlib import Path
 import torch
 import torch.fx
 
-from flidec.formats import resolve_format
 from flidec.frontend import load_spec
 from flidec.ir.errors import FlideError, InstanceError
-from flidec.ir.instance import loads_instance, validate_instance, value_problems
+from flidec.ir.instance import loads_instance, value_problems
 from flidec.ir.tree import Spec, Tree
 from flidec.models import DEMO_MODEL
-from flidec.models.tokenizer import load_tokenizer
-from flidec.models.weights import resolve_model
-from flidec.runtime.answers import assemble
-from flidec.runtime.binder import Walker, bound_from_plans
-from flidec.runtime.decision.reading import DecisionReading
-from flidec.runtime.recording import MODEL_DTYPES as DTYPES
-from flidec.runtime.reference.executor import ReferenceExecutor
-from flidec.runtime.reference.qwen3_5 import Qwen35
-from flidec.runtime.request import Request, Result, error_record
+from flidec.runtime.request import Request, error_record
 from flidec.runtime.scheduler import execute_isolated
 
 
@@ -189,82 +184,6 @@ def check_device(device: str) -> None:
                          f"cuda:0 to cuda:{torch.cuda.device_count() - 1}")
 
 
-class Answerer:
-    """The model traced once, the format and the executor: answers lists of instances."""
-
-    def __init__(self, spec: Spec, tree: Tree, model: str, device: str, dtype: str, served_name: str | None,
-                 format: str | None = None, max_stream_tokens: int = 8192):
-        model_dir = resolve_model(model)
-        self.max_stream_tokens = max_stream_tokens
-        self.summary = Summary()
-        self.tree = tree
-        chosen = resolve_format(spec.format, model_dir, load_tokenizer(model_dir), format, model)
-        if chosen.note:
-            print(f"note: {chosen.note}", file=sys.stderr)
-        self.fmt = chosen.fmt
-        readout = None if chosen.head is None else chosen.head["weight"]
-        module = Qwen35.from_pretrained(model_dir, DTYPES[dtype], readout=readout).to(device)
-        self.executor = ReferenceExecutor(torch.fx.symbolic_trace(module))
-        self.device = device
-        self.served_name = served_name or model_dir.name
-
-    def run(self, instances: Sequence[object]) -> list[dict]:
-        """Each instance's answer object or error record, in order: one run, a failing one redone apart."""
-        requests = [self.prepare(Request(inst)) for inst in instances]
-        execute_isolated(self, [r for r in requests if r.result is None])
-        return [r.result.record for r in requests]  # type: ignore[union-attr]
-
-    def run_rows(self, tree: str | None = None) -> int:
-        return self.max_stream_tokens
-
-    def prepare(self, request: Request) -> Request:
-        """Validated (token bounds counted by the format) and planned by the verifying walker."""
-        walker = self.fmt.walker(self.tree, verify=True) if isinstance(self.fmt, DecisionReading) else \
-            Walker(self.tree, self.fmt, verify=True)
-        try:
-            validate_instance(self.tree, request.instance, self.fmt.count_tokens)
-            request.plan, request.shape = walker.plan(request.instance)
-        except InstanceError as e:
-            request.fail(e)
-        except (ValueError, TypeError, RecursionError, UnicodeError) as e:  # validation missed it: a bug
-            request.fail(InstanceError([_internal(e)]))
-        return request
-
-    def execute(self, requests: Sequence[Request]) -> None:
-        """Consecutive requests packed into streams of at most max_stream_tokens rows (one over it runs
-        alone), each run by the reference executor; plans are packed as they are (no saved states)."""
-        live = [r for r in requests if r.result is None]
-        sizes = [sum(map(len, r.plan.ids)) for r in live]  # type: ignore[union-attr]
-        for group in _pack_greedy(sizes, self.max_stream_tokens):
-            members = [live[i] for i in group]
-            bound = bound_from_plans(self.tree, self.fmt, [(r.plan, r.shape) for r in members], lambda p: p)
-            logits = self.executor.run_stream(bound.stream, self.device).cpu()
-            self.summary.streams += 1
-            self.summary.stream_tokens += bound.rows_used
-            self.summary.questions += len(bound.sites)
-            answers = assemble(bound, logits, served_name=self.served_name)
-            for k, r in enumerate(members):
-                r.result = Result(answers[k]) if answers[k] is not None else Result.failed(bound.errors[k])
-
-
-def _pack_greedy(sizes: list[int], budget: int) -> list[list[int]]:
-    """Consecutive instances per stream while their rows fit the budget (an oversized one goes alone)."""
-    groups: list[list[int]] = []
-    used = budget + 1
-    for i, n in enumerate(sizes):
-        if used + n > budget:
-            groups.append([])
-            used = 0
-        groups[-1].append(i)
-        used += n
-    return groups
-
-
-def _internal(e: BaseException) -> str:
-    return (f"internal error: {type(e).__name__}: {e}; this is a bug in flidec; please report it with the "
-            "command and this instance")
-
-
 def _json_line(record: dict) -> bytes:
     """One results line; a string the row validation let through that is not Unicode (a lone surrogate)
     is written as its \\u escape rather than failing the write."""
@@ -279,14 +198,15 @@ class ArtifactAnswerer:
     """An artifact loaded by the runtime (flidec.runtime.program): it packs instances into its buckets."""
 
     def __init__(self, artifact: Path, tree: str | None, device: str, dtype: str | None,
-                 served_name: str | None, verify_weights: bool = True, saved: SavedOptions | None = None):
+                 served_name: str | None, verify_weights: bool = True, saved: SavedOptions | None = None,
+                 reference: bool = False):
         from flidec.runtime.program import load
 
         saved = saved or SavedOptions()
         self.program = load(artifact, device, dtype=dtype, served_name=served_name,
                             verify_weights=verify_weights, saved_states=saved.enabled,
                             checkpoints=saved.checkpoints, gpu_budget_gib=saved.gpu_gib,
-                            host_budget_gib=saved.host_gib)
+                            host_budget_gib=saved.host_gib, reference=reference)
         self.tree = self.program.tree(tree).tree
         self.summary = Summary()
 
@@ -316,8 +236,24 @@ class SavedOptions:
     host_gib: float = 8.0
 
 
+class Answerer(ArtifactAnswerer):
+    """A spec compiled for the cpu target into a temporary directory and run as that artifact, through the
+    runtime's one door (runtime/program.py): its model on `device` by the reference executor, its instances
+    packed by the compiled bucket ladder, no saved states."""
+
+    def __init__(self, spec_path: str | Path, tree: str | None, model: str, device: str, dtype: str,
+                 served_name: str | None, format: str | None = None):
+        from flidec.compile import compile_artifact
+
+        self._dir = tempfile.TemporaryDirectory(prefix="flidec-run-")  # removed with the answerer
+        out = Path(self._dir.name) / "artifact"
+        compile_artifact(spec_path, model, "cpu", out, tree=tree, format=format, log=sys.stderr)
+        super().__init__(out, tree, device, dtype, served_name, verify_weights=False,
+                         saved=SavedOptions(enabled=False), reference=True)
+
+
 def run(spec_path: str, model: str | None, instances_path: str, out_dir: str, *, tree: str | None = None,
-        device: str = "cpu", dtype: str | None = None, max_stream_tokens: int | None = None, window: int = 64,
+        device: str = "cpu", dtype: str | None = None, window: int = 64,
         served_name: str | None = None, progress: bool = True, trust_weights: bool = False,
         saved: SavedOptions | None = None, format: str | None = None) -> Summary:
     instances = Path(instances_path)
@@ -329,13 +265,12 @@ def run(spec_path: str, model: str | None, instances_path: str, out_dir: str, *,
         raise FlideError(f"{source} is a directory but not an artifact (no manifest.json): give a .flide "
                          "spec or a directory `flidec compile -o` finished writing")
     check_device(device)
-    _refuse_ignored(source, model, max_stream_tokens, trust_weights, saved, format)
-    max_stream_tokens = 8192 if max_stream_tokens is None else max_stream_tokens
+    _refuse_ignored(source, model, trust_weights, saved, format)
     dtype = dtype or (None if source.is_dir() and device != "cpu" else "fp32")  # cuda: the artifact's own
     output = OutputDir(Path(out_dir))
     output.check(instances)
     try:
-        answerer: Answerer | ArtifactAnswerer
+        answerer: ArtifactAnswerer
         if source.is_dir():
             answerer = ArtifactAnswerer(source, tree, device, dtype, served_name, not trust_weights, saved)
             chosen = answerer.tree
@@ -343,8 +278,7 @@ def run(spec_path: str, model: str | None, instances_path: str, out_dir: str, *,
             spec, _ = load_spec(spec_path)
             model = model or str(DEMO_MODEL)  # the CLI says so on stderr
             chosen = pick_tree(spec, tree)
-            answerer = Answerer(spec, chosen, model, device, dtype or "fp32", served_name, format,
-                                max_stream_tokens)
+            answerer = Answerer(spec_path, chosen.name, model, device, dtype or "fp32", served_name, format)
         summary = answerer.summary = Summary()  # the run's counts (a test may reuse one answerer)
         start = time.perf_counter()
         assert output.tmp is not None
@@ -357,7 +291,7 @@ def run(spec_path: str, model: str | None, instances_path: str, out_dir: str, *,
                     window_items = []
             _flush(answerer, window_items, f, summary, start, progress)
         summary.wall_s = time.perf_counter() - start
-        stats = answerer.program.stats.saved if isinstance(answerer, ArtifactAnswerer) else None
+        stats = answerer.program.stats.saved
         summary.saved_states = None if stats is None else asdict(stats)
         (output.tmp / "summary.json").write_text(json.dumps(
             {**asdict(summary), "questions_per_s": round(summary.questions_per_s, 3), "tree": chosen.name,
@@ -370,15 +304,14 @@ def run(spec_path: str, model: str | None, instances_path: str, out_dir: str, *,
     return summary
 
 
-def _refuse_ignored(source: Path, model: str | None, max_stream_tokens: int | None,
-                    trust_weights: bool, saved: SavedOptions | None, format: str | None = None) -> None:
+def _refuse_ignored(source: Path, model: str | None, trust_weights: bool, saved: SavedOptions | None,
+                    format: str | None = None) -> None:
     """Options the chosen path would ignore are refused, never dropped silently."""
     if not source.is_dir() and saved is not None and saved != SavedOptions():
         raise FlideError("saved states (--checkpoints, --no-saved-states, --saved-*-gib) apply to an "
                          "artifact, not to a .flide spec: compile it first")
     if source.is_dir():
-        for flag, value in (("--model", model), ("--max-stream-tokens", max_stream_tokens),
-                            ("--format", format)):
+        for flag, value in (("--model", model), ("--format", format)):
             if value is not None:
                 raise FlideError(f"{flag} does not apply to an artifact ({source} brings its own model and "
                                  "packs into its buckets): leave it out, or run the .flide spec")
@@ -386,7 +319,7 @@ def _refuse_ignored(source: Path, model: str | None, max_stream_tokens: int | No
         raise FlideError("--trust-weights applies to an artifact's referenced weights, not to a .flide spec")
 
 
-def _flush(answerer: Answerer | ArtifactAnswerer, items: list[tuple[int, object]], f, summary: Summary,
+def _flush(answerer: ArtifactAnswerer, items: list[tuple[int, object]], f, summary: Summary,
            start: float, progress: bool) -> None:
     """A window of lines answered as one run (runtime/scheduler.execute_isolated: a run that raises is
     redone in halves, so only the line that fails alone gets the error) and written in input order."""

@@ -331,7 +331,8 @@ def _stacked(r: Request) -> torch.Tensor:
 def load(artifact: str | Path, device: str | torch.device = "cuda", *, dtype: str | None = None,
          served_name: str | None = None, graphs: bool = True, launcher: Launcher | None = None,
          verify_weights: bool = True, saved_states: bool = True, checkpoints: str | Path | None = None,
-         gpu_budget_gib: float = 4.0, host_budget_gib: float = 8.0, check_rows: bool = True) -> Program:
+         gpu_budget_gib: float = 4.0, host_budget_gib: float = 8.0, check_rows: bool = True,
+         reference: bool = False) -> Program:
     """Load an artifact for `device`. CUDA: the artifact's target must be this GPU's (sm_XY) and complete;
     its recordings become CUDA graphs, each captured at its bucket's first use (`graphs=False`: eager launches
     of the same kernels); `dtype`, if given, must be the recordings' weight dtype. CPU: the reference executor
@@ -344,12 +345,13 @@ def load(artifact: str | Path, device: str | torch.device = "cuda", *, dtype: st
     Saved states (runtime/saved, docs/SAVED_STATES.md; both engines resume): `saved_states`
     turns them on, within `gpu_budget_gib` of GPU memory (a CUDA device) and `host_budget_gib` of host
     memory; `checkpoints`: a directory every saved point is also written to, and read back from by later
-    processes."""
+    processes. `reference`: run the reference executor on `device` whatever the target (a CUDA device too:
+    `flidec run SPEC --device cuda`)."""
     directory = Path(artifact)
     device = torch.device(device)
     if dtype is not None and dtype not in DTYPES:
         raise ArtifactError(f"dtype {dtype!r}: expected one of {', '.join(DTYPES)}")
-    if device.type == "cuda":
+    if device.type == "cuda" and not reference:
         major, minor = torch.cuda.get_device_capability(device)
         manifest = load_manifest(directory, target=f"sm_{major}{minor}", verify_weights=verify_weights)
     else:  # the reference executor needs no kernel
@@ -372,12 +374,12 @@ def load(artifact: str | Path, device: str | torch.device = "cuda", *, dtype: st
     model_dir = weights_dir(directory, manifest, verify_weights=verify_weights)
     if served_name is None:
         served_name = (directory if manifest["model"]["weights"] == "weights" else model_dir).name
-    if device.type == "cuda":
+    if device.type == "cuda" and not reference:
         engine: Engine = _graph_engine(directory, manifest, model_dir, device, launcher, graphs, dtype, head)
         if check_rows:
             check_row_invariance(engine)
     else:
-        if launcher is not None:
+        if launcher is not None and not reference:
             engine = _graph_engine(directory, manifest, model_dir, device, launcher, graphs=False, head=head)
         else:
             engine = ReferenceEngine(model_dir, DTYPES[dtype or "fp32"], device,

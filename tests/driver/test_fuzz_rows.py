@@ -36,7 +36,7 @@ PIECES = [b"\\ud800", b"\\udfff", b"\\ud83d\\ude00", b"\\u0000", b'"', b"\\", b"
 def answerer() -> flidec.run.Answerer:
     spec, _ = load_spec(DEMO)
     tree = flidec.run.pick_tree(spec, None)
-    return flidec.run.Answerer(spec, tree, str(DEMO_MODEL), "cpu", "fp32", None)
+    return flidec.run.Answerer(DEMO, tree.name, str(DEMO_MODEL), "cpu", "fp32", None)
 
 
 def run_lines(answerer: flidec.run.Answerer, lines: list[bytes]) -> list[dict]:

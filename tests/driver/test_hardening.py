@@ -12,6 +12,7 @@ import errno
 import json
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -98,6 +99,7 @@ class StubAnswerer:
     def __init__(self, *args: object):
         StubAnswerer.made += 1
         self.summary = Summary()
+        self.program = SimpleNamespace(stats=SimpleNamespace(saved=None))  # no saved states
 
     def run_rows(self, tree: str | None = None) -> int:
         return 1 << 20

@@ -32,7 +32,7 @@ def run_cli(tmp_path: Path, model: Path, lines: list[str], *extra: str, gz: bool
 def test_sample_instances_answer_in_order_with_per_line_errors(tmp_path, tiny_checkpoint):
     lines = (EXAMPLES / "systemone.jsonl").read_text(encoding="utf-8").splitlines()
     results = run_cli(tmp_path, tiny_checkpoint, lines[:2] + ["{not json"] + lines[2:],
-                      "--served-name", "jev-latest", "--max-stream-tokens", "200")
+                      "--served-name", "jev-latest")
     assert len(results) == 5
     first, second, bad, empty_state, no_questions = results
     assert first["model"] == "jev-latest" and list(first["answers"]) == ["refund", "topic", "urgency"]
@@ -50,9 +50,9 @@ def test_sample_instances_answer_in_order_with_per_line_errors(tmp_path, tiny_ch
 
 def test_packing_never_changes_answers_and_gzip_input_reads(tmp_path, tiny_checkpoint):
     lines = (EXAMPLES / "systemone.jsonl").read_text(encoding="utf-8").splitlines()[:3]
-    one_per_stream = run_cli(tmp_path / "a", tiny_checkpoint, lines, "--max-stream-tokens", "1")
-    packed = run_cli(tmp_path / "b", tiny_checkpoint, lines, "--max-stream-tokens", "100000", gz=True)
-    assert one_per_stream == packed
+    alone = [run_cli(tmp_path / f"a{i}", tiny_checkpoint, [line])[0] for i, line in enumerate(lines)]
+    packed = run_cli(tmp_path / "b", tiny_checkpoint, lines, gz=True)
+    assert alone == packed
 
 
 def test_bad_inputs_are_errors_not_tracebacks(tmp_path, tiny_checkpoint, capsys):

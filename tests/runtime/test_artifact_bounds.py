@@ -1,10 +1,11 @@
-"""A compiled artifact accepts and refuses exactly the rows `flidec run SPEC` does: every token bound the spec
-declares (state, instructions, criteria, bound texts, fork branch texts) at its bound and one past it, on
-examples/systemone.flide and examples/planner.flide compiled for cpu with the tiny checkpoint. Each row goes
-through the spec path (run.Answerer), the artifact on the reference executor and the artifact as a GPU would
-run it (an engine that needs buckets: the split and fit checks of the CUDA path); the engines are stand-ins
-returning zero logits, since binding decides accept or refuse and a 32,768-token state on the CPU model
-would take minutes. A refusal names the path, the bound and the count, in the same words on every path."""
+"""A compiled artifact accepts and refuses exactly the rows the uncompiled reading does: every token bound
+the spec declares (state, instructions, criteria, bound texts, fork branch texts) at its bound and one past
+it, on examples/systemone.flide and examples/planner.flide compiled for cpu with the tiny checkpoint. Each
+row goes through the reference answerer (flidec.testing.reference_answerer), the artifact on the reference
+executor and the artifact as a GPU would run it (an engine that needs buckets: the split and fit checks of
+the CUDA path); the engines are stand-ins returning zero logits, since binding decides accept or refuse and
+a 32,768-token state on the CPU model would take minutes. A refusal names the path, the bound and the
+count, in the same words on every path."""
 
 from __future__ import annotations
 
@@ -18,10 +19,10 @@ import torch
 from flidec.compile import compile_artifact
 from flidec.frontend import load_spec
 from flidec.ir.program import Bucket
-from flidec.run import Answerer
 from flidec.runtime.engines import Done
 from flidec.runtime.meta import Stream
 from flidec.runtime.program import Program, load
+from flidec.testing.reference_answerer import ReferenceAnswerer
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -48,7 +49,7 @@ class _ZeroEngine:
 
 def _paths(spec_name: str, tiny: Path, work: Path) -> dict[str, Callable[[list[dict]], list[dict]]]:
     spec, _ = load_spec(EXAMPLES / f"{spec_name}.flide")
-    answerer = Answerer(spec, spec.trees[0], str(tiny), "cpu", "fp32", "jev")
+    answerer = ReferenceAnswerer(spec, spec.trees[0], tiny, "cpu", "fp32", "jev")
     answerer.executor = _ZeroExecutor()  # type: ignore[assignment]
     compile_artifact(EXAMPLES / f"{spec_name}.flide", tiny, "cpu", work / spec_name)
     cpu = load(work / spec_name, "cpu", served_name="jev")

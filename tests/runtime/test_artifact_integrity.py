@@ -204,7 +204,7 @@ def test_run_refuses_options_an_artifact_would_ignore(systemone_cpu_artifact, ti
     base = ["run", str(systemone_cpu_artifact), "--instances", str(instances), "--out", str(tmp_path / "o"),
             "--quiet"]
     for extra, flag in ((["--model", str(tiny_checkpoint)], "--model"),
-                        (["--max-stream-tokens", "100"], "--max-stream-tokens")):
+                        (["--format", "next_token"], "--format")):
         assert main(base + extra) == 1
         err = capsys.readouterr().err
         assert f"{flag} does not apply to an artifact" in err and "Traceback" not in err

@@ -16,12 +16,12 @@ import torch.fx
 from flidec.cli import main
 from flidec.frontend import load_spec
 from flidec.ir.errors import ArtifactError, InstanceError
-from flidec.run import Answerer
 from flidec.runtime.binder import Walker, bind
 from flidec.runtime.next_token import NextTokenFormat, text_runs
 from flidec.runtime.program import load
 from flidec.runtime.scheduler import Scheduler
 from flidec.runtime.templates import TemplateWalker, _check_paths
+from flidec.testing.reference_answerer import ReferenceAnswerer
 from flidec.testing.streams import plain_streams
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -47,7 +47,7 @@ def program(systemone_cpu_artifact):
 @pytest.fixture(scope="module")
 def answerer(tiny_checkpoint):
     spec, _ = load_spec(EXAMPLES / "systemone.flide")
-    return Answerer(spec, spec.trees[0], str(tiny_checkpoint), "cpu", "fp32", "jev")
+    return ReferenceAnswerer(spec, spec.trees[0], tiny_checkpoint, "cpu", "fp32", "jev")
 
 
 def test_answers_equal_flidec_run(program, answerer) -> None:
