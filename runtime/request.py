@@ -72,10 +72,6 @@ class Request:
     result: Result | None = None  # set once, by whichever stage ends it
 
     @property
-    def prepared(self) -> bool:
-        return self.plan is not None or self.result is not None
-
-    @property
     def cost(self) -> int:
         """The rows it computes alone (a queue's measure of its work; 1 for one that ended before)."""
         return max(1, self.sizes.rows) if self.sizes is not None else 1
